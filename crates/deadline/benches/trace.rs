@@ -1,1 +1,2 @@
+//! Placeholder until the trace codec lands.
 fn main() {}
