@@ -1,1 +1,2 @@
+//! Example: an axum app behind the enforce layer.
 fn main() {}

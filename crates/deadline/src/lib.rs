@@ -3,6 +3,7 @@
 pub mod budget;
 pub mod header;
 pub mod plan;
+pub mod trace;
 
 pub use budget::{Budget, Deadline};
 pub use header::{BUDGET_HEADER, BudgetValue, MalformedBudget};

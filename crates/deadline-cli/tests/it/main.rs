@@ -1,0 +1,1 @@
+//! Integration tests of the `deadline` binary, run as real processes on loopback.

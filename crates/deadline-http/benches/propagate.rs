@@ -1,0 +1,2 @@
+//! Filled in with its layer.
+fn main() {}

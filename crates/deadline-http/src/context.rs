@@ -1,0 +1,300 @@
+//! The deadline of the request being served, available to everything that runs for it.
+//!
+//! The enforce layer runs the inner service inside a [`DeadlineContext`] held in a tokio
+//! task-local (and puts a clone in the request extensions, for extractors). Outbound calls made
+//! through the propagate layer read it, so a handler's calls pick up what is left of the user's
+//! wait without the application threading a deadline by hand. The same context collects this
+//! hop's trace: calls record their spans into it, and the enforce layer sends them back in
+//! `Deadline-Trace`.
+//!
+//! # What does not inherit the deadline
+//!
+//! Task-locals do not flow into `tokio::spawn`ed tasks, and a spawned task is not cancelled when
+//! the request is. Use [`spawn`](crate::spawn) for work that belongs to the request (it carries
+//! the context and is aborted at the deadline), and [`detach`] for work that must outlive it
+//! (background jobs, cache fills) so it never inherits a deadline by accident.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use deadline::Deadline;
+use deadline::trace::Span;
+use tokio::time::Instant;
+
+use crate::error::DeadlineExceeded;
+
+tokio::task_local! {
+    static CURRENT: Option<DeadlineContext>;
+}
+
+/// What the hop was doing for a request: said in a 504's body, so the edge learns where the
+/// time went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Activity {
+    /// Waiting for a worker slot.
+    Queued,
+    /// Running the handler.
+    Working,
+    /// Waiting for a downstream call.
+    Calling {
+        /// The downstream, as `host:port` or a name.
+        target: String,
+    },
+}
+
+impl fmt::Display for Activity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Activity::Queued => f.write_str("queued for a worker"),
+            Activity::Working => f.write_str("working"),
+            Activity::Calling { target } => write!(f, "calling {target}"),
+        }
+    }
+}
+
+/// The deadline and trace of one request, shared by everything that runs for it.
+///
+/// Cloning is cheap (one reference count).
+#[derive(Clone)]
+pub struct DeadlineContext {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    deadline: Option<Deadline>,
+    reserve: Duration,
+    arrival: Instant,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    activity: Option<Activity>,
+    spans: Vec<Span>,
+    dropped: u64,
+}
+
+impl fmt::Debug for DeadlineContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeadlineContext")
+            .field("deadline", &self.inner.deadline)
+            .field("reserve", &self.inner.reserve)
+            .field("arrival", &self.inner.arrival)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeadlineContext {
+    /// A context for a request that arrived at `arrival` with `deadline` (none: no deadline),
+    /// keeping `reserve` back for writing the reply.
+    pub fn new(deadline: Option<Deadline>, reserve: Duration, arrival: Instant) -> DeadlineContext {
+        DeadlineContext {
+            inner: Arc::new(Inner {
+                deadline,
+                reserve,
+                arrival,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    /// The context of the request being served by this task, if any.
+    pub fn current() -> Option<DeadlineContext> {
+        CURRENT.try_with(Clone::clone).ok().flatten()
+    }
+
+    /// Runs `future` with this context as the current one.
+    pub fn scope<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
+        CURRENT.scope(Some(self), future)
+    }
+
+    /// The request's deadline, if it has one.
+    pub fn deadline(&self) -> Option<Deadline> {
+        self.inner.deadline
+    }
+
+    /// When work must stop so the reply still gets out: the deadline less the reply reserve.
+    pub fn cutoff(&self) -> Option<Deadline> {
+        self.inner
+            .deadline
+            .map(|d| d.earlier_by(self.inner.reserve))
+    }
+
+    /// The time kept back for writing the reply.
+    pub fn reserve(&self) -> Duration {
+        self.inner.reserve
+    }
+
+    /// When the request arrived at this hop.
+    pub fn arrival(&self) -> Instant {
+        self.inner.arrival
+    }
+
+    /// Time left before the work must stop (the deadline less the reserve), or `None` without a
+    /// deadline.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.cutoff()
+            .map(|c| c.remaining(Instant::now().into_std()))
+    }
+
+    /// `Err` once the work should stop: the cooperative check for CPU-bound code, which the
+    /// layer cannot interrupt between await points.
+    pub fn check(&self) -> Result<(), DeadlineExceeded> {
+        match self.cutoff() {
+            Some(cutoff) if cutoff.is_expired(Instant::now().into_std()) => {
+                Err(DeadlineExceeded::new(self.activity()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whole milliseconds from this hop's arrival to `at` (zero before it): the unit of trace
+    /// spans.
+    pub fn ms_since_arrival(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.inner.arrival).as_millis())
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Adds a span to this hop's trace (times in ms since arrival; see
+    /// [`ms_since_arrival`](Self::ms_since_arrival)).
+    pub fn record(&self, span: Span) {
+        self.lock().spans.push(span);
+    }
+
+    /// Counts spans that a callee dropped, so the edge learns that its trace is incomplete.
+    pub fn record_dropped(&self, dropped: u64) {
+        let mut state = self.lock();
+        state.dropped = state.dropped.saturating_add(dropped);
+    }
+
+    /// Takes the spans recorded so far and the dropped count.
+    pub fn take_spans(&self) -> (Vec<Span>, u64) {
+        let mut state = self.lock();
+        (
+            std::mem::take(&mut state.spans),
+            std::mem::take(&mut state.dropped),
+        )
+    }
+
+    /// What the hop is doing for this request now.
+    pub fn activity(&self) -> Activity {
+        self.lock().activity.clone().unwrap_or(Activity::Working)
+    }
+
+    /// Sets what the hop is doing until the returned guard is dropped, when the previous
+    /// activity comes back.
+    pub fn enter(&self, activity: Activity) -> ActivityGuard {
+        let previous = self.lock().activity.replace(activity);
+        ActivityGuard {
+            context: self.clone(),
+            previous,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while recording a span loses at most that span; keep serving.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Restores the previous [`Activity`] when dropped; from [`DeadlineContext::enter`].
+#[derive(Debug)]
+pub struct ActivityGuard {
+    context: DeadlineContext,
+    previous: Option<Activity>,
+}
+
+impl Drop for ActivityGuard {
+    fn drop(&mut self) {
+        self.context.lock().activity = self.previous.take();
+    }
+}
+
+/// The deadline of the request this task serves, if any.
+pub fn current_deadline() -> Option<Deadline> {
+    DeadlineContext::current().and_then(|c| c.deadline())
+}
+
+/// The cooperative check for CPU-bound code: `Err` once the current request's work should stop
+/// (its deadline less the reply reserve). `Ok` outside a request or without a deadline.
+///
+/// ```
+/// # async fn handler() -> Result<u64, deadline_http::DeadlineExceeded> {
+/// let mut sum = 0u64;
+/// for chunk in 0..1_000u64 {
+///     deadline_http::check()?; // cheap: one clock read and a comparison
+///     sum += chunk; // ... a slice of CPU-bound work ...
+/// }
+/// # Ok(sum) }
+/// ```
+pub fn check() -> Result<(), DeadlineExceeded> {
+    DeadlineContext::current().map_or(Ok(()), |c| c.check())
+}
+
+/// Runs `future` outside any request's context, so calls it makes carry no deadline. For work
+/// that must not inherit the current request's deadline, such as a background refresh started
+/// from a handler.
+pub fn detach<F: Future>(future: F) -> impl Future<Output = F::Output> {
+    CURRENT.scope(None, future)
+}
+
+/// Runs `future` with `deadline`: for callers outside a served request (a batch job, a CLI)
+/// whose outbound calls should still carry a budget.
+pub fn with_deadline<F: Future>(deadline: Deadline, future: F) -> impl Future<Output = F::Output> {
+    DeadlineContext::new(Some(deadline), Duration::ZERO, Instant::now()).scope(future)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn context_flows_to_the_handler_but_not_into_detach() {
+        let t0 = Instant::now();
+        let deadline = Deadline::after_duration(t0.into_std(), Duration::from_millis(500));
+        let ctx = DeadlineContext::new(Some(deadline), Duration::from_millis(10), t0);
+        ctx.scope(async {
+            assert_eq!(current_deadline(), Some(deadline));
+            assert!(check().is_ok());
+            detach(async { assert_eq!(current_deadline(), None) }).await;
+            tokio::time::sleep(Duration::from_millis(489)).await;
+            assert!(check().is_ok(), "1 ms before deadline less reserve");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert!(check().is_err(), "at deadline less reserve the work stops");
+        })
+        .await;
+        assert_eq!(current_deadline(), None);
+        assert!(
+            check().is_ok(),
+            "outside a request there is nothing to check"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn activity_guards_nest() {
+        let ctx = DeadlineContext::new(None, Duration::ZERO, Instant::now());
+        assert_eq!(ctx.activity(), Activity::Working);
+        {
+            let _calling = ctx.enter(Activity::Calling {
+                target: "inventory".into(),
+            });
+            assert_eq!(
+                ctx.activity(),
+                Activity::Calling {
+                    target: "inventory".into()
+                }
+            );
+        }
+        assert_eq!(ctx.activity(), Activity::Working);
+        ctx.record(Span::new("call:x", 1, 2));
+        ctx.record_dropped(3);
+        let (spans, dropped) = ctx.take_spans();
+        assert_eq!((spans.len(), dropped), (1, 3));
+    }
+}

@@ -1,0 +1,1 @@
+//! Integration tests of the layers: middleware on paused time, HTTP in memory, real loopback.
