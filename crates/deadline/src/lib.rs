@@ -1,1 +1,3 @@
-//! placeholder
+//! Pure core of deadline propagation.
+
+pub mod trace;
