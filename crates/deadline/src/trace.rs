@@ -165,8 +165,12 @@
 //! | **total** | **4,947** |
 //!
 //! The bound is reached (a chain 16 deep with 48 more spans at the deepest level, all names and
-//! outcomes at full length, all times at `MAX_MS`), so it cannot be lowered without lowering a cap.
-//! Typical traces are far smaller: the three-hop chain above is about 250 bytes.
+//! outcomes at full length, all times at `MAX_MS`, and a dropped count of at least `MAX_MS`), so
+//! it cannot be lowered without lowering a cap. Real traces are far smaller: the three-hop chain
+//! above is 206 bytes, and a 64-span trace of a gateway trying orders three times, each trying
+//! inventory three times, is about 1.5 KiB. Proxies that cap response headers at one memory page
+//! (4 KiB, e.g. nginx's default `proxy_buffer_size` on some platforms) can still reject the worst
+//! case, so keep span names short.
 //!
 //! [`Trace::decode`] never reads more than 64 KiB of its input, stores at most `MAX_SPANS` spans
 //! (later valid spans are only counted), and never panics: hostile input decodes to an empty trace
@@ -278,7 +282,8 @@ impl Span {
         self
     }
 
-    /// Appends `child` to this span's children.
+    /// Appends `child` to this span's children, in place (for building a span in a loop, or
+    /// nesting a callee's shifted spans under an attempt).
     pub fn push(&mut self, child: Span) {
         self.children.push(child);
     }
@@ -690,6 +695,12 @@ fn trim(mut input: &[u8]) -> &[u8] {
     input
 }
 
+/// Splits `bytes` after its longest prefix of bytes that satisfy `pred`.
+fn split_run(bytes: &[u8], pred: impl Fn(u8) -> bool) -> (&[u8], &[u8]) {
+    let n = bytes.iter().position(|&b| !pred(b)).unwrap_or(bytes.len());
+    bytes.split_at(n)
+}
+
 /// `1*10DIGIT`, so the value always fits (it is at most [`MAX_MS`]).
 fn parse_number(digits: &[u8]) -> Option<u64> {
     if !(1..=MAX_DIGITS).contains(&digits.len()) {
@@ -700,44 +711,53 @@ fn parse_number(digits: &[u8]) -> Option<u64> {
     })
 }
 
-/// `1*max_len tchar`.
-fn parse_token(token: &[u8], max_len: usize) -> Option<String> {
-    if !(1..=max_len).contains(&token.len()) || !token.iter().all(|&b| is_tchar(b)) {
-        return None;
-    }
-    // All ASCII by now, so this never fails; it copies in one go rather than char by char.
+/// `1*max_len tchar`, given a run of tchar.
+fn token_len_ok(token: &[u8], max_len: usize) -> bool {
+    (1..=max_len).contains(&token.len())
+}
+
+/// A run of tchar as a `String`. It is ASCII, so the conversion never fails; it copies in one
+/// go rather than char by char.
+fn owned(token: &[u8]) -> Option<String> {
     std::str::from_utf8(token).ok().map(str::to_owned)
 }
 
-/// One `span` element: its depth and the span (with no children yet).
+/// One `span` element: its depth and the span (with no children yet). Each part is taken as the
+/// longest run of the bytes it may hold, so an element is read in one pass, and nothing is
+/// allocated until the whole element has proved valid.
 fn parse_span(element: &[u8]) -> Option<(usize, Span)> {
-    let depth = element.iter().take_while(|&&b| b == b'.').count();
+    let (dots, rest) = split_run(element, |b| b == b'.');
+    let depth = dots.len();
     if depth >= MAX_DEPTH {
         return None;
     }
-    let rest = &element[depth..];
-    let at = rest.iter().position(|&b| b == b'@')?;
-    let name = parse_token(&rest[..at], MAX_NAME_LEN)?;
-    let rest = &rest[at + 1..];
-    let dash = rest.iter().position(|&b| b == b'-')?;
-    let start_ms = parse_number(&rest[..dash])?;
-    let rest = &rest[dash + 1..];
-    let (end, outcome) = match rest.iter().position(|&b| b == b'=') {
-        Some(eq) => (
-            &rest[..eq],
-            Some(parse_token(&rest[eq + 1..], MAX_OUTCOME_LEN)?),
-        ),
-        None => (rest, None),
+    let (name, rest) = split_run(rest, is_tchar);
+    let rest = rest.strip_prefix(b"@")?;
+    let (start, rest) = split_run(rest, |b| b.is_ascii_digit());
+    let rest = rest.strip_prefix(b"-")?;
+    let (end, rest) = split_run(rest, |b| b.is_ascii_digit());
+    let outcome = match rest {
+        [] => None,
+        [b'=', outcome @ ..] => Some(outcome),
+        _ => return None,
     };
-    let end_ms = parse_number(end)?;
-    if end_ms < start_ms {
+    let (start_ms, end_ms) = (parse_number(start)?, parse_number(end)?);
+    if end_ms < start_ms || !token_len_ok(name, MAX_NAME_LEN) {
         return None;
     }
+    if let Some(outcome) = outcome {
+        if !token_len_ok(outcome, MAX_OUTCOME_LEN) || !outcome.iter().all(|&b| is_tchar(b)) {
+            return None;
+        }
+    }
     let span = Span {
-        name,
+        name: owned(name)?,
         start_ms,
         end_ms,
-        outcome,
+        outcome: match outcome {
+            Some(outcome) => Some(owned(outcome)?),
+            None => None,
+        },
         children: Vec::new(),
     };
     Some((depth, span))
