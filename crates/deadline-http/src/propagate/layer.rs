@@ -1,0 +1,43 @@
+use std::sync::Arc;
+
+use deadline::CallPolicy;
+use tower_layer::Layer;
+
+use super::PropagateDeadline;
+
+/// Wraps a client service in [`PropagateDeadline`]: every call carries what is left of the
+/// current deadline, is retried by the call planner, and is recorded in the hop's trace.
+#[derive(Clone, Debug)]
+pub struct PropagateDeadlineLayer {
+    policy: CallPolicy,
+    target: Option<Arc<str>>,
+}
+
+impl PropagateDeadlineLayer {
+    /// A layer making calls under `policy`.
+    pub fn new(policy: CallPolicy) -> PropagateDeadlineLayer {
+        PropagateDeadlineLayer {
+            policy,
+            target: None,
+        }
+    }
+
+    /// Names the downstream in the call's span (`call:<name>`) and in the hop's activity
+    /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
+    pub fn target(mut self, name: impl Into<String>) -> PropagateDeadlineLayer {
+        self.target = Some(Arc::from(name.into()));
+        self
+    }
+}
+
+impl<S> Layer<S> for PropagateDeadlineLayer {
+    type Service = PropagateDeadline<S>;
+
+    fn layer(&self, inner: S) -> PropagateDeadline<S> {
+        PropagateDeadline {
+            inner,
+            policy: self.policy,
+            target: self.target.clone(),
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! `DeadlineClient` against small hyper servers on 127.0.0.1, in real time: the assertions are
+//! orderings and generous bounds, never exact timings.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use deadline::trace::{Span, TRACE_HEADER};
+use deadline::{BUDGET_HEADER, CallPolicy, Deadline};
+use deadline_http::{CallError, DeadlineClient, DeadlineContext};
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+const SEEN_BUDGET: &str = "x-seen-budget";
+const REQUEST_ID: &str = "x-request-id";
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn policy(timeout_ms: u64, attempts: u32) -> CallPolicy {
+    CallPolicy::new(ms(timeout_ms), attempts).expect("a valid policy")
+}
+
+/// A context for a request that arrived now with `budget_ms` (none: no deadline).
+fn context(budget_ms: Option<u64>) -> DeadlineContext {
+    let t0 = Instant::now();
+    let deadline = budget_ms.map(|b| Deadline::after_duration(t0.into_std(), ms(b)));
+    DeadlineContext::new(deadline, ms(10), t0)
+}
+
+/// Serves `handler` on a fresh 127.0.0.1 port, one HTTP/1 connection per task, until the test's
+/// runtime shuts down.
+async fn serve<F, Fut>(handler: F) -> SocketAddr
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            stream.set_nodelay(true).expect("nodelay");
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                // A hang-up mid-request is an error here, and expected in some tests.
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), hyper::service::service_fn(handler))
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Echoes the budget and request id it received, with a canned trace of its own.
+async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    let headers = response.headers_mut();
+    let budgets: Vec<&str> = request
+        .headers()
+        .get_all(BUDGET_HEADER)
+        .iter()
+        .map(|v| v.to_str().unwrap_or("?"))
+        .collect();
+    let budgets = HeaderValue::from_str(&budgets.join(";")).expect("a header value");
+    headers.insert(SEEN_BUDGET, budgets);
+    if let Some(id) = request.headers().get(REQUEST_ID) {
+        headers.insert(REQUEST_ID, id.clone());
+    }
+    headers.insert(
+        TRACE_HEADER,
+        HeaderValue::from_static("svc@0-5=ok,.work@1-4"),
+    );
+    Ok(response)
+}
+
+#[tokio::test]
+async fn the_budget_and_request_id_reach_the_server_and_its_trace_comes_back() {
+    let addr = serve(echo).await;
+    let client = DeadlineClient::new(policy(2_000, 3)).target("inventory");
+    let ctx = context(Some(1_000));
+    let before = ctx
+        .deadline()
+        .expect("a deadline")
+        .remaining(Instant::now().into_std());
+    let request = Request::get(format!("http://{addr}/stock"))
+        .header(REQUEST_ID, "req-42")
+        .body(Full::new(Bytes::new()))
+        .expect("a request");
+
+    let response = ctx
+        .clone()
+        .scope(client.send(request))
+        .await
+        .expect("a response");
+
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[REQUEST_ID], "req-42");
+    let budget: u64 = response.headers()[SEEN_BUDGET]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("exactly one budget line");
+    let most = u64::try_from((before - ms(50)).as_millis()).expect("small");
+    assert!(budget <= most, "budget {budget} ms, at most {most} ms");
+    assert!(
+        budget >= most - 500,
+        "budget {budget} ms, far below {most} ms"
+    );
+
+    let (spans, dropped) = ctx.take_spans();
+    assert_eq!(dropped, 0);
+    let [call] = spans.as_slice() else {
+        panic!("one call span: {spans:?}");
+    };
+    assert_eq!(
+        (call.name.as_str(), call.outcome.as_deref()),
+        ("call:inventory", Some("200"))
+    );
+    let [attempt] = call.children.as_slice() else {
+        panic!("one attempt: {call:?}");
+    };
+    assert_eq!(attempt.outcome.as_deref(), Some("200"));
+    let shifted = |start: u64, end: u64, name: &str| {
+        Span::new(name, attempt.start_ms + start, attempt.start_ms + end)
+    };
+    assert_eq!(
+        attempt.children,
+        [shifted(0, 5, "svc")
+            .with_outcome("ok")
+            .with_child(shifted(1, 4, "work"))],
+        "the server's trace, moved onto this hop's clock"
+    );
+}
+
+#[tokio::test]
+async fn connection_refused_is_retried_and_ends_in_a_typed_error() {
+    let addr = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        listener.local_addr().expect("an address")
+    }; // dropped: nothing listens there now
+    let client = DeadlineClient::new(policy(1_000, 3)).target("gone");
+    let ctx = context(None);
+
+    let error = ctx
+        .clone()
+        .scope(client.get(format!("http://{addr}/")))
+        .await
+        .expect_err("nothing listens");
+
+    let CallError::Inner {
+        attempts_sent,
+        source,
+        ..
+    } = &error
+    else {
+        panic!("not Inner: {error:?}");
+    };
+    assert_eq!(*attempts_sent, 3, "refused connections are retried");
+    let hyper_error = source
+        .downcast_ref::<hyper_util::client::legacy::Error>()
+        .expect("the client's own error");
+    assert!(hyper_error.is_connect(), "{hyper_error:?}");
+
+    let (spans, _) = ctx.take_spans();
+    let outcomes: Vec<_> = spans[0]
+        .children
+        .iter()
+        .map(|a| a.outcome.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(spans[0].outcome.as_deref(), Some("error"));
+    assert_eq!(outcomes, ["error", "error", "error"]);
+}
+
+#[tokio::test]
+async fn an_invalid_uri_is_not_sent() {
+    let client = DeadlineClient::new(policy(1_000, 3));
+    let error = client.get("http://a b/").await.expect_err("not a URI");
+    assert!(matches!(error, CallError::InvalidRequest(_)), "{error:?}");
+    assert_eq!(error.attempts_sent(), 0);
+}
+
+/// Reports whether the handler finished its work or was dropped before.
+struct Finish(Option<mpsc::UnboundedSender<&'static str>>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send("dropped");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_slow_server_is_abandoned_at_the_deadline_and_sees_the_hang_up() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = serve(move |_request: Request<Incoming>| {
+        let mut finish = Finish(Some(tx.clone()));
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if let Some(tx) = finish.0.take() {
+                let _ = tx.send("finished");
+            }
+            Ok(Response::new(Full::new(Bytes::new())))
+        }
+    })
+    .await;
+    let client = DeadlineClient::new(policy(1_000, 3)).target("slow");
+    let ctx = context(Some(300));
+    let start = Instant::now();
+
+    let error = ctx
+        .scope(client.get(format!("http://{addr}/")))
+        .await
+        .expect_err("the server is too slow");
+    let gave_up_after = start.elapsed();
+
+    assert!(error.is_deadline(), "{error}");
+    assert_eq!(error.attempts_sent(), 1, "no time for a second attempt");
+    assert!(
+        gave_up_after >= ms(250) && gave_up_after < ms(1_500),
+        "gave up after {gave_up_after:?}, around the 300 ms deadline"
+    );
+    // The server would finish at 2 s; it must learn of the hang-up well before.
+    let heard = tokio::time::timeout(ms(1_500), rx.recv())
+        .await
+        .expect("the server's handler ended within 1.5 s of the client giving up");
+    assert_eq!(
+        heard,
+        Some("dropped"),
+        "the server dropped its handler: cancellation cascaded"
+    );
+}
