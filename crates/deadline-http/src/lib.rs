@@ -1,9 +1,16 @@
 //! Tower layers that make HTTP services deadline-aware.
 
 pub mod context;
+pub mod enforce;
 pub mod error;
+pub mod serve;
 pub mod spawn;
 
 pub use context::{Activity, DeadlineContext, check, current_deadline, detach, with_deadline};
+pub use enforce::{
+    EnforceBody, EnforceDeadline, EnforceDeadlineLayer, Hold, HoldMetrics, HoldOutcome,
+    HoldSnapshot,
+};
 pub use error::{AttemptSkipped, DeadlineExceeded};
+pub use serve::{serve, serve_connection};
 pub use spawn::{BlockingCheck, RequestTask, TaskError, run_blocking, spawn};

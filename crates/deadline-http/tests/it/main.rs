@@ -1,1 +1,5 @@
 //! Integration tests of the layers: middleware on paused time, HTTP in memory, real loopback.
+
+mod enforce;
+mod http_memory;
+mod loopback_server;
