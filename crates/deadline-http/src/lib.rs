@@ -3,6 +3,8 @@
 pub mod context;
 pub mod enforce;
 pub mod error;
+#[cfg(feature = "axum")]
+pub mod extract;
 pub mod serve;
 pub mod spawn;
 
@@ -12,5 +14,7 @@ pub use enforce::{
     HoldSnapshot,
 };
 pub use error::{AttemptSkipped, DeadlineExceeded};
+#[cfg(feature = "axum")]
+pub use extract::RequestDeadline;
 pub use serve::{serve, serve_connection};
 pub use spawn::{BlockingCheck, RequestTask, TaskError, run_blocking, spawn};
