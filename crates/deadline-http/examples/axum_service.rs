@@ -1,2 +1,64 @@
 //! Example: an axum app behind the enforce layer.
-fn main() {}
+//!
+//! Run with: cargo run -p deadline-http --example axum_service
+//!
+//! It prints `listening on http://127.0.0.1:PORT`; then, from another terminal:
+//!
+//! ```text
+//! curl -i -H 'Deadline-Budget-Ms: 600' http://127.0.0.1:PORT/sleep   # 504 after ~590 ms
+//! curl -i -H 'Deadline-Budget-Ms: 300' http://127.0.0.1:PORT/spin    # 504 after ~290 ms
+//! curl -i -H 'Deadline-Budget-Ms: 2000' http://127.0.0.1:PORT/sleep  # 200 after 1.5 s
+//! curl -i http://127.0.0.1:PORT/sleep                                # no budget: 200 after 1.5 s
+//! curl -i -H 'Deadline-Budget-Ms: 1.5' http://127.0.0.1:PORT/sleep   # 400 at once
+//! ```
+//!
+//! Every answer carries a `deadline-trace` header, and every request's worker hold is printed
+//! on stderr.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use deadline_http::{DeadlineExceeded, EnforceDeadlineLayer, serve};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+const WORK: Duration = Duration::from_millis(1500);
+
+/// Waits 1.5 s. Waiting is an await point, so at the cutoff the layer simply drops this future.
+async fn sleep() -> &'static str {
+    tokio::time::sleep(WORK).await;
+    "slept 1.5 s\n"
+}
+
+/// Burns CPU for 1.5 s. There is no await point to stop at, so the loop checks the deadline
+/// itself; `DeadlineExceeded` answers 504. (For long loops, prefer `deadline_http::run_blocking`
+/// so the runtime's worker thread stays free.)
+async fn spin() -> Result<String, DeadlineExceeded> {
+    let start = Instant::now();
+    let (mut rounds, mut x) = (0u64, 0u64);
+    while start.elapsed() < WORK {
+        deadline_http::check()?;
+        for i in 0..10_000 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        rounds += 1;
+    }
+    Ok(format!("spun {rounds} rounds\n"))
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let enforce = EnforceDeadlineLayer::new("example")
+        .slots(4)
+        .on_hold(|hold| eprintln!("hold: {hold}"));
+    let app = Router::new()
+        .route("/sleep", get(sleep))
+        .route("/spin", get(spin))
+        // The last `layer` call is the outermost layer: queue time counts against the budget.
+        .layer(enforce);
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    serve(listener, app, std::future::pending()).await
+}

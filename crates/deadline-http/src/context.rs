@@ -10,7 +10,7 @@
 //! # What does not inherit the deadline
 //!
 //! Task-locals do not flow into `tokio::spawn`ed tasks, and a spawned task is not cancelled when
-//! the request is. Use [`spawn`](crate::spawn) for work that belongs to the request (it carries
+//! the request is. Use [`spawn`](crate::spawn()) for work that belongs to the request (it carries
 //! the context and is aborted at the deadline), and [`detach`] for work that must outlive it
 //! (background jobs, cache fills) so it never inherits a deadline by accident.
 

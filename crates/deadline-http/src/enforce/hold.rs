@@ -1,0 +1,366 @@
+//! Worker-hold reports: one per request, with the counters they feed.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use http::{Method, StatusCode};
+use tokio::time::Instant;
+
+use super::Shared;
+
+/// How a request's hold of this hop ended. See [`Hold`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HoldOutcome {
+    /// The work finished and its answer (any status but a 5xx) went out.
+    Ok,
+    /// Time ran out: the layer cut the work at the deadline less the reserve, the request gave up
+    /// its place in the queue (or got a slot too late to start), or the handler itself answered
+    /// 504.
+    Deadline,
+    /// The caller went away before the answer was ready: the response future was dropped (in
+    /// baseline mode, the work still ran to its end and was then thrown away).
+    HungUp,
+    /// Answered 400 or 504 on arrival (a malformed budget, or one already spent): the request
+    /// never held a worker.
+    Rejected,
+    /// The inner service returned an error, or answered with a 5xx other than 504.
+    Error,
+}
+
+impl HoldOutcome {
+    /// A short lowercase token: `ok`, `deadline`, `hung-up`, `rejected` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldOutcome::Ok => "ok",
+            HoldOutcome::Deadline => "deadline",
+            HoldOutcome::HungUp => "hung-up",
+            HoldOutcome::Rejected => "rejected",
+            HoldOutcome::Error => "error",
+        }
+    }
+
+    /// The outcome of work that answered with `status`.
+    pub(crate) fn of_status(status: StatusCode) -> HoldOutcome {
+        if status == StatusCode::GATEWAY_TIMEOUT {
+            HoldOutcome::Deadline
+        } else if status.is_server_error() {
+            HoldOutcome::Error
+        } else {
+            HoldOutcome::Ok
+        }
+    }
+}
+
+impl fmt::Display for HoldOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one request did with this hop: when it arrived, how long it queued for a worker slot,
+/// how long it held one, and how it ended.
+///
+/// The enforce layer reports exactly one `Hold` per request, as a `tracing` event (target
+/// `deadline::hold`) and to the [`on_hold`](super::EnforceDeadlineLayer::on_hold) hook, at the
+/// moment the request is over for this hop: when the response body has been handed on to the
+/// end, when it is dropped early, or when the response future is dropped before it completed
+/// (the caller hung up).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Hold {
+    /// The hop's name, as given to [`EnforceDeadlineLayer::new`](super::EnforceDeadlineLayer::new).
+    pub service: Arc<str>,
+    /// The request's `X-Request-Id` header, when it had one that is visible ASCII.
+    pub request_id: Option<String>,
+    /// The request method.
+    pub method: Method,
+    /// The request path (without the query).
+    pub path: String,
+    /// The budget the caller sent, in ms, after clamping: `None` without one (or in baseline
+    /// mode, which ignores it), `Some(0)` for a budget already spent.
+    pub budget_ms: Option<u64>,
+    /// When the request reached the layer.
+    pub arrival: Instant,
+    /// When the work started (a worker slot was taken): `None` if it never started.
+    pub work_start: Option<Instant>,
+    /// When the work ended or was dropped: `None` if it never started.
+    pub work_end: Option<Instant>,
+    /// Time spent waiting for a worker slot (until the work started, or until the request gave
+    /// up its place).
+    pub queued: Duration,
+    /// Time the work held a worker: from `work_start` to `work_end`.
+    pub worked: Duration,
+    /// How it ended.
+    pub outcome: HoldOutcome,
+    /// The status of the answer, when there was one (even one nobody received, as when the
+    /// caller hung up in baseline mode). `None` when the work was dropped before it answered,
+    /// and when the inner service returned an error instead of a response.
+    pub status: Option<StatusCode>,
+    /// Whether the whole answer was handed on to be written: `false` when the caller went away
+    /// first (or the body failed part-way).
+    pub reply_written: bool,
+}
+
+impl fmt::Display for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.service, self.method, self.path)?;
+        if let Some(id) = &self.request_id {
+            write!(f, " [{id}]")?;
+        }
+        write!(f, ": {}", self.outcome)?;
+        if let Some(status) = self.status {
+            write!(f, " ({})", status.as_u16())?;
+        }
+        match self.budget_ms {
+            Some(ms) => write!(f, ", budget {ms} ms")?,
+            None => f.write_str(", no budget")?,
+        }
+        write!(
+            f,
+            ", queued {} ms, worked {} ms, reply {}",
+            self.queued.as_millis(),
+            self.worked.as_millis(),
+            if self.reply_written {
+                "written"
+            } else {
+                "not written"
+            }
+        )
+    }
+}
+
+/// Counters of every [`Hold`] reported by one layer (and every service and clone made from it).
+///
+/// Cheap to clone and to update (a few relaxed atomic additions per request). Read them with
+/// [`snapshot`](HoldMetrics::snapshot).
+#[derive(Clone, Debug, Default)]
+pub struct HoldMetrics {
+    counters: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    ok: AtomicU64,
+    deadline: AtomicU64,
+    hung_up: AtomicU64,
+    rejected: AtomicU64,
+    error: AtomicU64,
+    queue_give_ups: AtomicU64,
+    replies_unwritten: AtomicU64,
+    worker_time_us: AtomicU64,
+}
+
+impl HoldMetrics {
+    /// The counters as they are now.
+    pub fn snapshot(&self) -> HoldSnapshot {
+        let c = &*self.counters;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        HoldSnapshot {
+            ok: get(&c.ok),
+            deadline: get(&c.deadline),
+            hung_up: get(&c.hung_up),
+            rejected: get(&c.rejected),
+            error: get(&c.error),
+            queue_give_ups: get(&c.queue_give_ups),
+            replies_unwritten: get(&c.replies_unwritten),
+            worker_time: Duration::from_micros(get(&c.worker_time_us)),
+        }
+    }
+
+    pub(crate) fn record(&self, hold: &Hold) {
+        let c = &*self.counters;
+        let counter = match hold.outcome {
+            HoldOutcome::Ok => &c.ok,
+            HoldOutcome::Deadline => &c.deadline,
+            HoldOutcome::HungUp => &c.hung_up,
+            HoldOutcome::Rejected => &c.rejected,
+            HoldOutcome::Error => &c.error,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if hold.outcome == HoldOutcome::Deadline && hold.work_start.is_none() {
+            c.queue_give_ups.fetch_add(1, Ordering::Relaxed);
+        }
+        if !hold.reply_written {
+            c.replies_unwritten.fetch_add(1, Ordering::Relaxed);
+        }
+        let us = u64::try_from(hold.worked.as_micros()).unwrap_or(u64::MAX);
+        c.worker_time_us.fetch_add(us, Ordering::Relaxed);
+    }
+}
+
+/// The [`HoldMetrics`] counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldSnapshot {
+    /// Holds that ended [`HoldOutcome::Ok`].
+    pub ok: u64,
+    /// Holds that ended [`HoldOutcome::Deadline`] (queue give-ups included).
+    pub deadline: u64,
+    /// Holds that ended [`HoldOutcome::HungUp`].
+    pub hung_up: u64,
+    /// Requests [`HoldOutcome::Rejected`] on arrival.
+    pub rejected: u64,
+    /// Holds that ended [`HoldOutcome::Error`].
+    pub error: u64,
+    /// Requests that ran out of time before their work started: they gave up their place in the
+    /// queue, or got a slot too late to start. Also counted in `deadline`.
+    pub queue_give_ups: u64,
+    /// Requests whose answer was not handed on in full (the caller had gone). Any outcome.
+    pub replies_unwritten: u64,
+    /// Total time work held a worker, over every request.
+    pub worker_time: Duration,
+}
+
+impl HoldSnapshot {
+    /// Every request reported, whatever its outcome.
+    pub fn holds(&self) -> u64 {
+        self.ok
+            .saturating_add(self.deadline)
+            .saturating_add(self.hung_up)
+            .saturating_add(self.rejected)
+            .saturating_add(self.error)
+    }
+}
+
+impl fmt::Display for HoldSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} requests: {} ok, {} deadline ({} before starting), {} hung up, {} rejected, \
+             {} error; {} replies not written; worker time {:.3} s",
+            self.holds(),
+            self.ok,
+            self.deadline,
+            self.queue_give_ups,
+            self.hung_up,
+            self.rejected,
+            self.error,
+            self.replies_unwritten,
+            self.worker_time.as_secs_f64()
+        )
+    }
+}
+
+/// Fills in one request's [`Hold`] as it goes and reports it exactly once: explicitly through
+/// [`finish`](Recorder::finish), or when dropped unfinished.
+///
+/// Ownership does the bookkeeping: the recorder lives in the response future until the answer
+/// is ready, then in the response body (or, in baseline mode, in the spawned task until the work
+/// ends). Whoever holds it last reports it, so a request is reported once however it ends.
+pub(crate) struct Recorder {
+    hold: Hold,
+    shared: Arc<Shared>,
+    /// The answer reached the caller's side (the response future completed with it).
+    delivered: bool,
+    reported: bool,
+}
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recorder")
+            .field("hold", &self.hold)
+            .field("delivered", &self.delivered)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Recorder {
+    pub(crate) fn new(shared: Arc<Shared>, hold: Hold) -> Recorder {
+        Recorder {
+            hold,
+            shared,
+            delivered: false,
+            reported: false,
+        }
+    }
+
+    pub(crate) fn hold(&self) -> &Hold {
+        &self.hold
+    }
+
+    /// The budget the caller sent, in ms (0 for a spent one).
+    pub(crate) fn set_budget(&mut self, budget_ms: Option<u64>) {
+        self.hold.budget_ms = budget_ms;
+    }
+
+    /// The request stopped waiting for a slot at `at` without starting.
+    pub(crate) fn left_queue(&mut self, at: Instant) {
+        self.hold.queued = at.saturating_duration_since(self.hold.arrival);
+    }
+
+    /// The work started at `at`.
+    pub(crate) fn start(&mut self, at: Instant) {
+        self.left_queue(at);
+        self.hold.work_start = Some(at);
+    }
+
+    /// The work ended (or was dropped) at `at`. Only the first call counts.
+    pub(crate) fn end(&mut self, at: Instant) {
+        if let (Some(start), None) = (self.hold.work_start, self.hold.work_end) {
+            self.hold.work_end = Some(at);
+            self.hold.worked = at.saturating_duration_since(start);
+        }
+    }
+
+    /// The answer is `status` (if any), with `outcome`.
+    pub(crate) fn answer(&mut self, status: Option<StatusCode>, outcome: HoldOutcome) {
+        self.hold.status = status;
+        self.hold.outcome = outcome;
+    }
+
+    /// The answer was handed to the caller's side: from now on, a drop means the reply was not
+    /// written, not that the caller hung up before it was ready.
+    pub(crate) fn delivered(&mut self) {
+        self.delivered = true;
+    }
+
+    /// Reports the hold now.
+    pub(crate) fn finish(mut self, reply_written: bool) {
+        self.hold.reply_written = reply_written;
+        self.report();
+    }
+
+    fn report(&mut self) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
+        let hold = &self.hold;
+        self.shared.metrics.record(hold);
+        tracing::info!(
+            target: "deadline::hold",
+            service = %hold.service,
+            request_id = hold.request_id.as_deref(),
+            method = %hold.method,
+            path = %hold.path,
+            budget_ms = hold.budget_ms,
+            queued_ms = u64::try_from(hold.queued.as_millis()).unwrap_or(u64::MAX),
+            worked_ms = u64::try_from(hold.worked.as_millis()).unwrap_or(u64::MAX),
+            outcome = hold.outcome.as_str(),
+            status = hold.status.map(|s| s.as_u16()),
+            reply_written = hold.reply_written,
+            "worker hold"
+        );
+        if let Some(hook) = &self.shared.on_hold {
+            hook(hold);
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if self.reported {
+            return;
+        }
+        if !self.delivered {
+            // The response future (or, in baseline mode, the task's result) was dropped before
+            // the answer reached the caller's side: the caller went away.
+            self.end(Instant::now());
+            self.hold.outcome = HoldOutcome::HungUp;
+        }
+        self.hold.reply_written = false;
+        self.report();
+    }
+}

@@ -1,0 +1,378 @@
+//! The server side: enforce the budget a caller sent.
+//!
+//! [`EnforceDeadlineLayer`] wraps a service (an axum `Router`, a `service_fn`, any tower
+//! service over `http` types). For every request it:
+//!
+//! 1. notes the arrival on tokio's monotonic clock and reads `Deadline-Budget-Ms` (and, if asked,
+//!    `grpc-timeout`; the tightest wins). A malformed value is answered **400** at once, naming
+//!    the header and the (escaped) value; a budget already spent (`0`, `-20`) **504** at once;
+//!    no header means no deadline at all. The inner service never sees a rejected request.
+//! 2. sets the deadline at arrival + budget and the *cutoff* at the deadline less the reply
+//!    reserve (10 ms by default), so the 504 still reaches the caller in time. A budget no
+//!    larger than the reserve is answered 504 on arrival too.
+//! 3. if the layer has worker [`slots`](EnforceDeadlineLayer::slots), waits for one in a fair
+//!    FIFO queue, but only until the cutoff: then it leaves the queue and answers 504, with the
+//!    time queued in its trace. A slot that comes free at the cutoff itself is too late: nothing
+//!    starts after its deadline.
+//! 4. runs the inner service with the request's [`DeadlineContext`] as the task-local current
+//!    context (so outbound calls pick up what is left of the budget) and in the request
+//!    extensions (with the [`Deadline`], for extractors), racing it against the same cutoff.
+//!    When the cutoff wins, the inner future is **dropped** (its work stops at its current
+//!    await point, and its outbound calls with it) and the layer answers **504** with what the
+//!    hop was doing: `deadline exceeded at inventory while calling orders: budget 600 ms,
+//!    queued 0 ms, worked 590 ms`. The slot is released as soon as the work ends.
+//! 5. adds a [`Deadline-Trace`](deadline::trace) header to every answer it gives, 200, 400 and
+//!    504 alike: one root span named after the hop, from arrival to the answer, whose outcome
+//!    is the status code; under it `queue`, `work` (outcome `ok`, `deadline` or `error`) and the
+//!    spans the handler's outbound calls recorded.
+//! 6. reports the request's [`Hold`] of the hop exactly once, when the answer has been handed on
+//!    (or could not be), as a `tracing` event with target `deadline::hold`, to the
+//!    [`on_hold`](EnforceDeadlineLayer::on_hold) hook and to the [`HoldMetrics`] counters.
+//!
+//! ```
+//! use deadline_http::EnforceDeadlineLayer;
+//! use http::{Request, Response, StatusCode};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let handler = service_fn(|_req: Request<()>| async {
+//!     let left = deadline_http::DeadlineContext::current().and_then(|c| c.remaining());
+//!     Ok::<_, std::convert::Infallible>(Response::new(format!("{left:?}")))
+//! });
+//! let service = ServiceBuilder::new()
+//!     .layer(EnforceDeadlineLayer::new("inventory").slots(8)) // outermost
+//!     .service(handler);
+//!
+//! let spent = Request::builder().header("deadline-budget-ms", "-20").body(()).unwrap();
+//! let response = service.clone().oneshot(spent).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+//! assert_eq!(response.headers()["deadline-trace"], "inventory@0-0=504");
+//!
+//! let bad = Request::builder().header("deadline-budget-ms", "1.5").body(()).unwrap();
+//! let response = service.clone().oneshot(bad).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+//!
+//! let fine = Request::builder().header("deadline-budget-ms", "600").body(()).unwrap();
+//! let response = service.oneshot(fine).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! # }
+//! ```
+//!
+//! # Why the layer must be outermost
+//!
+//! The budget is how long the caller will wait *in total*, and a request that waits for a worker
+//! is spending it. So the layer notes the arrival before anything else and owns the slot queue
+//! itself: a request waits only as long as its budget allows, then gives up its place. If a
+//! concurrency limit sat outside the deadline layer (tonic's server puts its limit outside its
+//! timeout), queue time would be free: a request could wait a second for a slot and then start a
+//! full budget's worth of work that nobody is waiting for any more. tower's `ConcurrencyLimit`
+//! cannot help here: it makes every request wait in `poll_ready`, without knowing any request's
+//! deadline. Put this layer outside every other layer (for axum, the last
+//! [`Router::layer`](https://docs.rs/axum/0.8/axum/struct.Router.html#method.layer) call), and
+//! give it the slots instead of a separate limit.
+//!
+//! The layer's `poll_ready` is always ready; the inner service's readiness is awaited inside each
+//! request's future, after its slot and before its cutoff, so a slow `poll_ready` inside is
+//! bounded by the deadline too.
+//!
+//! # No header, no timer
+//!
+//! A request without a budget behaves as if the layer were not there: no timer is created (the
+//! cutoff is an `Option<Sleep>`, as in tonic's `grpc_timeout.rs`), slots are a plain wait, and
+//! the handler runs to its end. Only the trace header and the hold report are added. Every stage
+//! of a request with a budget sleeps until the *same* instant, computed once on arrival, so the
+//! queue and the work cannot each take a full budget.
+//!
+//! # Caller hang-up: what is detected
+//!
+//! hyper drops the service future of an HTTP/1.1 request when the client closes the connection
+//! while hyper is reading the socket; here that drops the inner work, releases the slot and
+//! reports the hold as [`HoldOutcome::HungUp`]. A client that half-closes its write side after
+//! sending is treated the same way. It is **not** detected when:
+//!
+//! - the request body is unread and larger than hyper's read buffer (hyper is not reading the
+//!   socket, so it does not see the close);
+//! - the server sets `half_close(true)` (this crate's [`serve`](crate::serve()) does not);
+//! - the work was moved to a task with plain `tokio::spawn` (use [`spawn`](crate::spawn()),
+//!   which is aborted with the request);
+//! - the peer vanishes without closing (a pulled cable, a crashed host): nothing arrives to read.
+//!
+//! The deadline is the real guarantee; hang-up detection is a bonus.
+//!
+//! # What cannot be stopped
+//!
+//! Dropping a future stops it at its next await point. Code that does not await cannot be
+//! interrupted: a CPU-bound loop must check [`check`](crate::check()) itself, and a blocking call
+//! run with [`run_blocking`](crate::run_blocking) keeps its thread until it returns, even after
+//! the request has been answered 504. A call that has already reached another system (a database
+//! query, a request to a service that ignores budgets) runs on there; dropping it only stops
+//! waiting for it.
+//!
+//! # Baseline mode
+//!
+//! [`enforce(false)`](EnforceDeadlineLayer::enforce) models a service built without this library,
+//! for comparisons: budget headers are ignored (never a 400 or 504), slots are a plain FIFO wait,
+//! and the queue wait and the work run on a task of their own (`tokio::spawn`), so they run to
+//! their end even when the caller hangs up, like a database call no one cancels. That hold is
+//! still reported, when the work ends, as [`HoldOutcome::HungUp`] with its real `work_end` and
+//! `reply_written: false`. Traces are still added.
+//!
+//! # Errors
+//!
+//! An `Err` from the inner service passes through unchanged (the layer's error type is the inner
+//! one); having no response, it carries no trace, and its hold is reported as
+//! [`HoldOutcome::Error`]. axum services never fail, so with axum every answer carries a trace.
+//!
+//! A tokio runtime with the time driver enabled is required (as for any tokio timer).
+
+mod body;
+pub mod future;
+mod hold;
+mod layer;
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use deadline::header::{BudgetValue, DeadlineBudgetMs, GrpcTimeout, read_budget, read_tightest};
+use deadline::{Budget, Deadline};
+use http::{HeaderName, Request, Response, StatusCode};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tower::ServiceExt;
+use tower_service::Service;
+
+pub use body::EnforceBody;
+pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
+pub use layer::EnforceDeadlineLayer;
+
+use crate::context::{Activity, DeadlineContext};
+use future::{BoxWork, ResponseFuture, State};
+use hold::Recorder;
+
+/// `X-Request-Id`: read into each [`Hold`] report, so reports from different hops can be joined.
+pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+type HoldHook = Arc<dyn Fn(&Hold) + Send + Sync>;
+
+/// Settings and shared state of one [`EnforceDeadlineLayer`] and every service made from it.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    name: Arc<str>,
+    /// `name` sanitised for trace spans, once rather than per request.
+    trace_name: String,
+    max_budget: Budget,
+    reserve: Duration,
+    slots: Option<Arc<Semaphore>>,
+    enforce: bool,
+    grpc_timeout: bool,
+    on_hold: Option<HoldHook>,
+    metrics: HoldMetrics,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("name", &self.name)
+            .field("trace_name", &self.trace_name)
+            .field("max_budget", &self.max_budget)
+            .field("reserve", &self.reserve)
+            .field(
+                "slots_free",
+                &self.slots.as_ref().map(|s| s.available_permits()),
+            )
+            .field("enforce", &self.enforce)
+            .field("grpc_timeout", &self.grpc_timeout)
+            .field("on_hold", &self.on_hold.is_some())
+            .finish()
+    }
+}
+
+/// Enforces each request's `Deadline-Budget-Ms` around an inner service: made by
+/// [`EnforceDeadlineLayer`]; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct EnforceDeadline<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> EnforceDeadline<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The counters of this service's hold reports (shared with the layer that made it).
+    pub fn metrics(&self) -> HoldMetrics {
+        self.shared.metrics.clone()
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for EnforceDeadline<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Send + 'static,
+    ResB: Send + 'static,
+{
+    type Response = Response<EnforceBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResB, S::Error>;
+
+    /// Always ready: the inner service's readiness is awaited inside each request's future,
+    /// after its slot and before its cutoff.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: Request<ReqB>) -> Self::Future {
+        let arrival = Instant::now();
+        let shared = &self.shared;
+        let hold = Hold {
+            service: shared.name.clone(),
+            request_id: request
+                .headers()
+                .get(REQUEST_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+            budget_ms: None,
+            arrival,
+            work_start: None,
+            work_end: None,
+            queued: Duration::ZERO,
+            worked: Duration::ZERO,
+            outcome: HoldOutcome::Ok,
+            status: None,
+            reply_written: false,
+        };
+        let mut recorder = Recorder::new(shared.clone(), hold);
+
+        if !shared.enforce {
+            return baseline(self.inner.clone(), shared, request, recorder, arrival);
+        }
+
+        let budget = if shared.grpc_timeout {
+            let ours = DeadlineBudgetMs {
+                max: shared.max_budget,
+            };
+            let grpc = GrpcTimeout {
+                max: shared.max_budget,
+            };
+            read_tightest(&[&ours, &grpc], request.headers())
+        } else {
+            read_budget(request.headers(), shared.max_budget)
+        };
+        let reject = |recorder, status, message| {
+            let ctx = DeadlineContext::new(None, shared.reserve, arrival);
+            let state = State::Reject { status, message };
+            ResponseFuture::new(state, None, ctx, shared.clone(), Some(recorder))
+        };
+        let budget = match budget {
+            Ok(budget) => budget,
+            Err(malformed) => {
+                return reject(recorder, StatusCode::BAD_REQUEST, format!("{malformed}\n"));
+            }
+        };
+        let budget_ms = budget.map(|b| match b {
+            BudgetValue::Expired => 0,
+            BudgetValue::Remaining(b) => b.as_millis(),
+        });
+        recorder.set_budget(budget_ms);
+        if budget == Some(BudgetValue::Expired) {
+            let message = format!(
+                "deadline exceeded at {} on arrival: the caller had already run out\n",
+                shared.name
+            );
+            return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
+        }
+
+        let deadline: Option<Deadline> = budget.map(|b| b.deadline(arrival.into_std()));
+        let ctx = DeadlineContext::new(deadline, shared.reserve, arrival);
+        let cutoff = ctx.cutoff();
+        if let Some(cutoff) = cutoff {
+            if cutoff.is_expired(arrival.into_std()) {
+                let message = format!(
+                    "deadline exceeded at {} on arrival: a budget of {} ms leaves nothing once \
+                     the reply reserve of {} ms is kept back\n",
+                    shared.name,
+                    budget_ms.unwrap_or(0),
+                    shared.reserve.as_millis()
+                );
+                return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
+            }
+        }
+
+        let extensions = request.extensions_mut();
+        extensions.insert(ctx.clone());
+        if let Some(deadline) = deadline {
+            extensions.insert(deadline);
+        }
+        let work: BoxWork<ResB, S::Error> =
+            Box::pin(ctx.clone().scope(self.inner.clone().oneshot(request)));
+        let state = State::Start {
+            work,
+            slots: shared.slots.clone(),
+        };
+        let cutoff = cutoff.map(|c| tokio::time::sleep_until(Instant::from_std(c.instant())));
+        ResponseFuture::new(state, cutoff, ctx, shared.clone(), Some(recorder))
+    }
+}
+
+/// Baseline mode: the queue wait and the work run on their own task, to their end whatever
+/// happens to the caller.
+fn baseline<S, ReqB, ResB>(
+    inner: S,
+    shared: &Arc<Shared>,
+    mut request: Request<ReqB>,
+    mut recorder: Recorder,
+    arrival: Instant,
+) -> ResponseFuture<ResB, S::Error>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Send + 'static,
+    ResB: Send + 'static,
+{
+    let ctx = DeadlineContext::new(None, shared.reserve, arrival);
+    request.extensions_mut().insert(ctx.clone());
+    let slots = shared.slots.clone();
+    let task_ctx = ctx.clone();
+    let task = tokio::spawn(async move {
+        let permit = match slots {
+            Some(slots) => {
+                let _queued = task_ctx.enter(Activity::Queued);
+                slots.acquire_owned().await.ok()
+            }
+            None => None,
+        };
+        recorder.start(Instant::now());
+        let result = task_ctx.scope(inner.oneshot(request)).await;
+        recorder.end(Instant::now());
+        drop(permit);
+        match &result {
+            Ok(response) => recorder.answer(
+                Some(response.status()),
+                HoldOutcome::of_status(response.status()),
+            ),
+            Err(_) => recorder.answer(None, HoldOutcome::Error),
+        }
+        (result, recorder)
+    });
+    ResponseFuture::new(State::Baseline { task }, None, ctx, shared.clone(), None)
+}

@@ -1,0 +1,250 @@
+//! axum extractors for the request's deadline (feature `axum`).
+//!
+//! The enforce layer puts the request's [`Deadline`] (when it has one) and its
+//! [`DeadlineContext`] in the request extensions; these extractors read them, as axum's own
+//! `MatchedPath` reads what the router put there.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use deadline_http::{EnforceDeadlineLayer, RequestDeadline};
+//!
+//! async fn strict(RequestDeadline(deadline): RequestDeadline) -> String {
+//!     format!("answer by {deadline:?}")
+//! }
+//!
+//! async fn lenient(deadline: Option<RequestDeadline>) -> &'static str {
+//!     if deadline.is_some() { "in a hurry" } else { "no deadline" }
+//! }
+//!
+//! let app: Router = Router::new()
+//!     .route("/strict", get(strict))
+//!     .route("/lenient", get(lenient))
+//!     .layer(EnforceDeadlineLayer::new("inventory")); // last `layer` call: outermost
+//! ```
+//!
+//! Handlers can also return [`DeadlineExceeded`] (from [`check`](crate::check())): it answers
+//! 504, which the layer reports as [`HoldOutcome::Deadline`](crate::HoldOutcome::Deadline).
+
+use std::convert::Infallible;
+use std::fmt;
+use std::time::Duration;
+
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::response::{IntoResponse, Response};
+use deadline::Deadline;
+use http::StatusCode;
+use http::request::Parts;
+use tokio::time::Instant;
+
+use crate::context::DeadlineContext;
+use crate::error::DeadlineExceeded;
+
+/// The request's deadline, as set by the enforce layer from the caller's budget.
+///
+/// As an extractor it rejects a request without one ([`MissingDeadline`], a 400): the caller
+/// sent no budget, or the layer is not in front of the handler. Extract `Option<RequestDeadline>`
+/// to accept both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestDeadline(pub Deadline);
+
+impl RequestDeadline {
+    /// Time left before the deadline (not counting the reply reserve), now.
+    pub fn remaining(&self) -> Duration {
+        self.0.remaining(Instant::now().into_std())
+    }
+}
+
+impl<S> FromRequestParts<S> for RequestDeadline
+where
+    S: Send + Sync,
+{
+    type Rejection = MissingDeadline;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Deadline>()
+            .map(|d| RequestDeadline(*d))
+            .ok_or(MissingDeadline)
+    }
+}
+
+impl<S> OptionalFromRequestParts<S> for RequestDeadline
+where
+    S: Send + Sync,
+{
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Deadline>()
+            .map(|d| RequestDeadline(*d)))
+    }
+}
+
+/// Rejection of [`RequestDeadline`]: the request has no deadline. Answers 400.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MissingDeadline;
+
+impl fmt::Display for MissingDeadline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "this endpoint needs a deadline: send a Deadline-Budget-Ms header \
+             (whole milliseconds you will wait)",
+        )
+    }
+}
+
+impl std::error::Error for MissingDeadline {}
+
+impl IntoResponse for MissingDeadline {
+    fn into_response(self) -> Response {
+        (StatusCode::BAD_REQUEST, format!("{self}\n")).into_response()
+    }
+}
+
+/// The whole request context (deadline, reserve, arrival, trace), with or without a deadline.
+/// Rejects with [`MissingContext`] (a 500) when the enforce layer is not in front of the
+/// handler; extract `Option<DeadlineContext>` to accept that.
+impl<S> FromRequestParts<S> for DeadlineContext
+where
+    S: Send + Sync,
+{
+    type Rejection = MissingContext;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<DeadlineContext>()
+            .cloned()
+            .ok_or(MissingContext)
+    }
+}
+
+impl<S> OptionalFromRequestParts<S> for DeadlineContext
+where
+    S: Send + Sync,
+{
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<DeadlineContext>().cloned())
+    }
+}
+
+/// Rejection of the [`DeadlineContext`] extractor: the enforce layer did not run for this
+/// request, a server setup mistake. Answers 500.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MissingContext;
+
+impl fmt::Display for MissingContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no deadline context: the enforce layer is not in front of this handler")
+    }
+}
+
+impl std::error::Error for MissingContext {}
+
+impl IntoResponse for MissingContext {
+    fn into_response(self) -> Response {
+        (StatusCode::INTERNAL_SERVER_ERROR, format!("{self}\n")).into_response()
+    }
+}
+
+/// A handler that stops with [`DeadlineExceeded`] answers 504 with its message.
+impl IntoResponse for DeadlineExceeded {
+    fn into_response(self) -> Response {
+        (StatusCode::GATEWAY_TIMEOUT, format!("{self}\n")).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::EnforceDeadlineLayer;
+
+    async fn strict(RequestDeadline(_): RequestDeadline) -> &'static str {
+        "has a deadline"
+    }
+
+    async fn lenient(deadline: Option<RequestDeadline>, ctx: DeadlineContext) -> String {
+        format!("{} {:?}", deadline.is_some(), ctx.deadline().is_some())
+    }
+
+    async fn context_only(ctx: DeadlineContext) -> String {
+        format!("{:?}", ctx.reserve())
+    }
+
+    async fn body(response: Response) -> String {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    fn get_with(path: &str, budget: Option<&str>) -> Request<Body> {
+        let mut request = Request::builder().uri(path);
+        if let Some(budget) = budget {
+            request = request.header(deadline::BUDGET_HEADER, budget);
+        }
+        request.body(Body::empty()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extractors_behind_the_layer() {
+        let app = Router::new()
+            .route("/strict", get(strict))
+            .route("/lenient", get(lenient))
+            .layer(EnforceDeadlineLayer::new("svc"));
+
+        let response = app
+            .clone()
+            .oneshot(get_with("/strict", Some("600")))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+
+        let response = app
+            .clone()
+            .oneshot(get_with("/strict", None))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let response = response.map(Body::new);
+        assert!(body(response).await.contains("Deadline-Budget-Ms"));
+
+        let response = app
+            .clone()
+            .oneshot(get_with("/lenient", None))
+            .await
+            .unwrap();
+        assert_eq!(body(response.map(Body::new)).await, "false false");
+        let response = app
+            .oneshot(get_with("/lenient", Some("600")))
+            .await
+            .unwrap();
+        assert_eq!(body(response.map(Body::new)).await, "true true");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn context_extractor_without_the_layer_is_a_server_error() {
+        let app = Router::new().route("/", get(context_only));
+        let response = app.oneshot(get_with("/", Some("600"))).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body(response).await.contains("enforce layer"));
+    }
+}

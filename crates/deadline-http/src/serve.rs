@@ -1,0 +1,163 @@
+//! A small HTTP/1.1 server for a tower service: [`serve`] for a listener, [`serve_connection`]
+//! for one connection.
+//!
+//! What it sets, and why:
+//!
+//! - **`TCP_NODELAY` on every accepted socket.** With Nagle's algorithm on, a response written
+//!   in two pieces (head, then body) can wait for the client's delayed ACK: about 40 ms, the size
+//!   of the margins this project is about.
+//! - **A 30 s header-read timeout, with a timer.** hyper only enforces it when given a timer;
+//!   without one a client that never finishes its headers holds a connection forever.
+//! - **Hang-up detection stays on.** `half_close` is left off, so when a client closes its
+//!   connection hyper drops the request's future, and the enforce layer stops the work (see
+//!   [`enforce`](crate::enforce#caller-hang-up-what-is-detected)).
+//! - **Graceful shutdown.** When `shutdown` completes, the listener is closed, idle connections
+//!   are closed, and in-flight requests get up to [`SHUTDOWN_GRACE`] to finish.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::io;
+use std::pin::pin;
+use std::time::Duration;
+
+use http::{Request, Response};
+use http_body::Body;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tower_service::Service;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// How long a client may take to send a request's headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long [`serve`] waits for in-flight requests after `shutdown` before returning anyway.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// After an accept error that is not about one connection (such as running out of file
+/// descriptors), wait this long before accepting again, rather than spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+fn builder() -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+}
+
+/// Serves `service` over HTTP/1.1 on every connection `listener` accepts, until `shutdown`
+/// completes; then stops accepting and waits (up to [`SHUTDOWN_GRACE`]) for open connections to
+/// finish their requests.
+///
+/// Each connection runs on its own task. Accept errors are logged and accepting goes on, so
+/// this returns `Ok` once shut down; the `io::Result` is for errors setting up the listener.
+///
+/// ```no_run
+/// use deadline_http::{EnforceDeadlineLayer, serve};
+/// use tower::{ServiceBuilder, service_fn};
+///
+/// # #[tokio::main] async fn main() -> std::io::Result<()> {
+/// let service = ServiceBuilder::new()
+///     .layer(EnforceDeadlineLayer::new("inventory").slots(8))
+///     .service(service_fn(|_req| async {
+///         Ok::<_, std::convert::Infallible>(http::Response::new("ok".to_string()))
+///     }));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// println!("listening on http://{}", listener.local_addr()?);
+/// serve(listener, service, std::future::pending()).await
+/// # }
+/// ```
+pub async fn serve<S, B>(
+    listener: TcpListener,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()>
+where
+    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    // Fails early, and names the address in logs.
+    let local = listener.local_addr()?;
+    let builder = builder();
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) if is_connection_error(&error) => {
+                tracing::debug!(%local, %error, "accept: connection failed");
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(%local, %error, "accept failed; retrying");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
+        }
+        let connection = builder.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(service.clone()),
+        );
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::debug!(%local, open = graceful.count(), "shutting down");
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            tracing::warn!(%local, "connections still open after the shutdown grace period");
+        }
+    }
+    Ok(())
+}
+
+/// Serves `service` over HTTP/1.1 on one connection, with the same settings as [`serve`]
+/// (header-read timeout with a timer, hang-up detection on). `TCP_NODELAY` is the caller's to
+/// set on a socket. For custom accept loops (TLS, Unix sockets) and for tests over
+/// `tokio::io::duplex`.
+pub async fn serve_connection<I, S, B>(io: I, service: S) -> Result<(), hyper::Error>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    builder()
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
+        .await
+}
+
+/// Errors about one incoming connection, not the listener: accept the next one at once.
+fn is_connection_error(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
