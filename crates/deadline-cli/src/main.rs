@@ -1,1 +1,69 @@
-fn main() {}
+//! `deadline`: a deadline-aware test service, the three-process demo, the load comparison and a
+//! trace decoder. Argument parsing and glue only: everything a library user would want lives in
+//! the `deadline` and `deadline-http` crates.
+
+mod demo;
+mod harness;
+mod holds;
+mod load;
+mod service;
+mod svg;
+mod trace_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Carries a request's time budget from service to service over HTTP.
+#[derive(Debug, Parser)]
+#[command(name = "deadline", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve any GET path: wait for a worker slot, work, then call a downstream if one is set.
+    Service(service::ServiceArgs),
+    /// One slow request through gateway, orders and inventory, without deadlines and with them.
+    Demo(demo::DemoArgs),
+    /// Open-loop load through the three services, both ways, with dead work measured.
+    Load(load::LoadArgs),
+    /// Decode a Deadline-Trace header into a readable tree (or JSON).
+    Trace(trace_cmd::TraceArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Trace(args) => trace_cmd::run(&args),
+        Command::Service(args) => runtime().and_then(|rt| rt.block_on(service::run(args))),
+        Command::Demo(args) => runtime().and_then(|rt| rt.block_on(demo::run(args))),
+        Command::Load(args) => runtime().and_then(|rt| rt.block_on(load::run(args))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("deadline: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Logs go to stderr (stdout carries the ready line and `--json` documents); `RUST_LOG` filters.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

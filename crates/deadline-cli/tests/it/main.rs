@@ -1,1 +1,8 @@
-//! Integration tests of the `deadline` binary, run as real processes on loopback.
+//! Integration tests of the `deadline` binary, run as real processes on loopback with real time:
+//! they assert statuses, counts and orderings, with generous bounds on times.
+
+mod demo;
+mod load;
+mod service;
+mod trace;
+mod util;

@@ -43,7 +43,9 @@ async fn connect(holds: Arc<Mutex<Vec<Hold>>>) -> (SendRequest<Empty<Bytes>>, Jo
 }
 
 fn get(budget: Option<&'static str>) -> Request<Empty<Bytes>> {
-    let mut request = Request::builder().uri("/items/42").header("host", "inventory");
+    let mut request = Request::builder()
+        .uri("/items/42")
+        .header("host", "inventory");
     if let Some(budget) = budget {
         request = request.header(BUDGET_HEADER, budget);
     }

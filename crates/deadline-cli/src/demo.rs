@@ -1,0 +1,347 @@
+//! `deadline demo`: one slow request through gateway, orders and inventory, each a separate
+//! process, played twice: without deadlines and with them. The two runs differ only in the
+//! services' `--no-enforce --no-propagate` flags.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use serde::Serialize;
+
+use crate::harness::{Chain, Hop, UserResult, one_user, user_client};
+use crate::holds::{HoldLine, epoch_ms_now};
+use crate::svg;
+
+/// Arguments of `deadline demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Draw the timeline of every worker hold to this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Print one JSON document (CONTRACT 6) instead of the summary.
+    #[arg(long)]
+    json: bool,
+    /// How long the user waits, in ms; they send this less 50 ms as their budget.
+    #[arg(long, default_value_t = 2_000)]
+    user_wait: u64,
+    /// How long inventory works on every call, in ms.
+    #[arg(long, default_value_t = 1_500)]
+    inventory_work: u64,
+}
+
+/// One run's figures. Field names are part of the interface (CONTRACT 6).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DemoRun {
+    pub(crate) deadlines: bool,
+    pub(crate) user_status: Option<u16>,
+    pub(crate) user_heard_back_ms: Option<f64>,
+    pub(crate) user_gave_up_ms: Option<f64>,
+    pub(crate) calls: usize,
+    pub(crate) calls_after_user_left: usize,
+    pub(crate) last_work_end_ms: f64,
+    worker_ms: f64,
+    worker_ms_after_user_left: f64,
+    user_trace: Option<String>,
+    user_body: Option<String>,
+    #[serde(skip)]
+    holds: Vec<HoldLine>,
+    #[serde(skip)]
+    start_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct DemoReport<'a> {
+    runs: &'a [DemoRun],
+}
+
+fn hops(deadlines: bool, inventory_work: u64) -> Vec<Hop> {
+    let baseline: &[&str] = if deadlines {
+        &[]
+    } else {
+        &["--no-enforce", "--no-propagate"]
+    };
+    let with = |args: &[&str]| -> Vec<String> {
+        args.iter()
+            .chain(baseline)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    vec![
+        Hop {
+            name: "gateway",
+            args: with(&["--timeout", "3500", "--attempts", "3"]),
+        },
+        Hop {
+            name: "orders",
+            args: with(&["--work", "20", "--timeout", "1000", "--attempts", "3"]),
+        },
+        Hop {
+            name: "inventory",
+            args: with(&["--work", &inventory_work.to_string()]),
+        },
+    ]
+}
+
+async fn play(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
+    let label = if deadlines {
+        "demo-with"
+    } else {
+        "demo-without"
+    };
+    let chain = Chain::start(label, &hops(deadlines, args.inventory_work)).await?;
+    let client = user_client();
+    let url = format!("{}/order/42", chain.edge_url());
+    let wait = Duration::from_millis(args.user_wait);
+    let budget = args.user_wait.saturating_sub(50).max(1);
+    let start_ms = epoch_ms_now();
+    let user = one_user(&client, &url, "demo-1", Some(budget), wait).await?;
+    let holds = chain.stop().await?;
+    Ok(figures(deadlines, &user, holds, start_ms))
+}
+
+fn figures(deadlines: bool, user: &UserResult, holds: Vec<HoldLine>, start_ms: f64) -> DemoRun {
+    let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;
+    let left_at = start_ms + elapsed_ms;
+    let calls: Vec<&HoldLine> = holds.iter().filter(|h| h.service != "gateway").collect();
+    let last_end = holds
+        .iter()
+        .filter_map(|h| h.end_ms)
+        .fold(start_ms, f64::max);
+    DemoRun {
+        deadlines,
+        user_status: user.status,
+        user_heard_back_ms: user.status.map(|_| elapsed_ms),
+        user_gave_up_ms: user.status.is_none().then_some(elapsed_ms),
+        calls: calls.len(),
+        calls_after_user_left: calls.iter().filter(|h| h.arrival_ms > left_at).count(),
+        last_work_end_ms: last_end - start_ms,
+        worker_ms: holds.iter().map(|h| h.worker_ms()).sum(),
+        worker_ms_after_user_left: holds.iter().map(|h| h.worked_after(left_at)).sum(),
+        user_trace: user.trace.clone(),
+        user_body: user.body.clone(),
+        holds,
+        start_ms,
+    }
+}
+
+pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    if args.user_wait < 100 {
+        anyhow::bail!("--user-wait must be at least 100 ms");
+    }
+    if !args.json {
+        println!("deadline demo: user -> gateway -> orders -> inventory, each a separate process.");
+        println!(
+            "The user waits {:.1} s and sends Deadline-Budget-Ms: {}. Inventory takes {:.1} s.",
+            args.user_wait as f64 / 1_000.0,
+            args.user_wait.saturating_sub(50).max(1),
+            args.inventory_work as f64 / 1_000.0
+        );
+    }
+    let mut runs = Vec::with_capacity(2);
+    for deadlines in [false, true] {
+        let run = tokio::select! {
+            run = play(&args, deadlines) => run?,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
+        };
+        if !args.json {
+            print_run(&run);
+        }
+        runs.push(run);
+    }
+    if let Some(path) = &args.svg {
+        let picture = svg::demo_timeline(&runs, args.user_wait as f64);
+        std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&DemoReport { runs: &runs })?
+        );
+    } else {
+        print_comparison(&runs);
+        if let Some(path) = &args.svg {
+            println!("Timeline written to {}.", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn secs(ms: f64) -> String {
+    format!("{:.2} s", ms / 1_000.0)
+}
+
+fn print_run(run: &DemoRun) {
+    println!();
+    println!(
+        "{}",
+        if run.deadlines {
+            "With deadlines"
+        } else {
+            "Without deadlines"
+        }
+    );
+    match (run.user_status, run.user_heard_back_ms, run.user_gave_up_ms) {
+        (Some(status), Some(at), _) => println!("  user       heard {status} at {}", secs(at)),
+        (_, _, Some(at)) => println!("  user       gave up at {} with no answer", secs(at)),
+        _ => println!("  user       no answer"),
+    }
+    println!(
+        "  calls      {} between services, {} after the user left",
+        run.calls, run.calls_after_user_left
+    );
+    println!("  last work  ended at {}", secs(run.last_work_end_ms));
+    println!(
+        "  waste      {:.0} ms of worker time after the user left (of {:.0} ms)",
+        run.worker_ms_after_user_left, run.worker_ms
+    );
+    if let Some(body) = run
+        .user_body
+        .as_deref()
+        .filter(|_| run.user_status != Some(200))
+    {
+        let report = body.lines().next().unwrap_or("");
+        for line in wrap(report, 66).iter().take(4) {
+            println!("  reply      {line}");
+        }
+    }
+    if let Some(trace) = &run.user_trace {
+        let tree = deadline::Trace::decode(trace.as_bytes());
+        if let Some(line) = innermost(&tree) {
+            println!("  last hop   {line}");
+        }
+        println!("  Deadline-Trace, decoded ({} spans):", tree.span_count());
+        for line in tree.to_string().lines() {
+            println!("    {line}");
+        }
+    }
+}
+
+/// The deepest span's line of a trace, e.g. `inventory 0-879 ms, 504`: which hop ran out.
+fn innermost(trace: &deadline::Trace) -> Option<String> {
+    fn walk<'a>(
+        span: &'a deadline::Span,
+        depth: usize,
+        best: &mut Option<(usize, &'a deadline::Span)>,
+    ) {
+        let is_hop = !matches!(span.name.as_str(), "queue" | "work" | "attempt")
+            && !span.name.starts_with("call");
+        if is_hop && best.is_none_or(|(d, _)| depth >= d) {
+            *best = Some((depth, span));
+        }
+        for child in &span.children {
+            walk(child, depth + 1, best);
+        }
+    }
+    let mut best = None;
+    for span in &trace.spans {
+        walk(span, 0, &mut best);
+    }
+    best.map(|(_, s)| {
+        let outcome = s.outcome.as_deref().unwrap_or("?");
+        let work = s.children.iter().find(|c| c.name == "work");
+        let detail = work.map_or(String::new(), |w| {
+            format!(
+                ", worked {} ms ({})",
+                w.end_ms - w.start_ms,
+                w.outcome.as_deref().unwrap_or("?")
+            )
+        });
+        format!(
+            "{} answered {outcome} after {} ms{detail}",
+            s.name,
+            s.end_ms - s.start_ms
+        )
+    })
+}
+
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let last = lines.last_mut().expect("non-empty");
+        if !last.is_empty() && last.len() + 1 + word.len() > width {
+            lines.push(word.to_owned());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    lines
+}
+
+fn print_comparison(runs: &[DemoRun]) {
+    let [without, with] = runs else { return };
+    println!();
+    let fate = |run: &DemoRun| match (run.user_status, run.user_heard_back_ms) {
+        (Some(status), Some(at)) => format!("heard {status} at {}", secs(at)),
+        _ => format!("gave up at {}", secs(run.user_left_ms())),
+    };
+    println!(
+        "With deadlines the user {}; without, they {};",
+        fate(with),
+        fate(without)
+    );
+    println!(
+        "work ended at {}, not {}; calls after the user left: {}, not {};",
+        secs(with.last_work_end_ms),
+        secs(without.last_work_end_ms),
+        with.calls_after_user_left,
+        without.calls_after_user_left
+    );
+    println!(
+        "worker time after the user left: {:.0} ms, not {:.0} ms.",
+        with.worker_ms_after_user_left, without.worker_ms_after_user_left
+    );
+}
+
+impl DemoRun {
+    pub(crate) fn deadlines(&self) -> bool {
+        self.deadlines
+    }
+
+    pub(crate) fn holds(&self) -> &[HoldLine] {
+        &self.holds
+    }
+
+    pub(crate) fn start_ms(&self) -> f64 {
+        self.start_ms
+    }
+
+    pub(crate) fn user_left_ms(&self) -> f64 {
+        self.user_heard_back_ms
+            .or(self.user_gave_up_ms)
+            .unwrap_or(0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_lines_within_width() {
+        let lines = wrap(
+            "deadline exceeded at inventory while working: budget 950 ms, queued 0 ms",
+            30,
+        );
+        assert!(lines.iter().all(|l| l.len() <= 30), "{lines:?}");
+        assert_eq!(
+            lines.join(" "),
+            "deadline exceeded at inventory while working: budget 950 ms, queued 0 ms"
+        );
+    }
+
+    #[test]
+    fn innermost_names_the_last_hop() {
+        let trace = deadline::Trace::decode(
+            b"gateway@0-1873=504,.call:orders@0-1872=504,..attempt@0-1823=504,...orders@1-1822=504,....call:inventory@21-1821=504,.....attempt@21-962=504,......inventory@0-940=504,.......work@0-940=deadline",
+        );
+        assert_eq!(
+            innermost(&trace).unwrap(),
+            "inventory answered 504 after 940 ms, worked 940 ms (deadline)"
+        );
+    }
+}

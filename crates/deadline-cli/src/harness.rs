@@ -1,0 +1,250 @@
+//! Starts `deadline service` processes for the demo and the load command, and always ends them.
+//!
+//! Each service is this same binary, started with `service --exit-on-stdin-close`: its standard
+//! input is a pipe held by this process, so when this process ends for any reason (an error,
+//! Ctrl-C, even SIGKILL) the pipe closes and the service drains and exits. No orphans are left
+//! even when nobody runs a destructor. `kill_on_drop` is the second line of defence.
+//!
+//! Stopping is ordered from the edge inwards: the gateway first, then orders, then inventory,
+//! each drained before the next is told. Work a baseline service keeps doing after its caller
+//! left (retries included) therefore still reaches the services behind it and is counted.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::holds::{HoldLine, read_log};
+
+/// How long a service may take to print its ready line.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a service may take to drain and exit once told to stop.
+const STOP_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// One hop of the chain: its name and its `deadline service` flags (beyond name, log, downstream).
+#[derive(Debug, Clone)]
+pub(crate) struct Hop {
+    pub name: &'static str,
+    pub args: Vec<String>,
+}
+
+/// A running service.
+#[derive(Debug)]
+struct Running {
+    name: &'static str,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    url: String,
+    log: PathBuf,
+}
+
+/// A temporary directory removed when dropped.
+#[derive(Debug)]
+pub(crate) struct TempDir(PathBuf);
+
+impl TempDir {
+    pub(crate) fn new(label: &str) -> anyhow::Result<TempDir> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("deadline-{label}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(TempDir(path))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A chain of services, edge first, each a separate OS process on loopback.
+#[derive(Debug)]
+pub(crate) struct Chain {
+    running: Vec<Running>,
+    _dir: TempDir,
+}
+
+impl Chain {
+    /// Starts `hops` (edge first) from the innermost outwards, wiring each to the next one's
+    /// ephemeral port as read from its ready line.
+    pub(crate) async fn start(label: &str, hops: &[Hop]) -> anyhow::Result<Chain> {
+        let dir = TempDir::new(label)?;
+        let exe = std::env::current_exe().context("finding the deadline binary")?;
+        let mut running: Vec<Running> = Vec::with_capacity(hops.len());
+        for hop in hops.iter().rev() {
+            let log = dir.path().join(format!("{}.jsonl", hop.name));
+            let mut cmd = Command::new(&exe);
+            cmd.arg("service")
+                .arg("--name")
+                .arg(hop.name)
+                .arg("--log")
+                .arg(&log)
+                .arg("--exit-on-stdin-close")
+                .args(&hop.args);
+            if let Some(next) = running.last() {
+                cmd.arg("--downstream")
+                    .arg(&next.url)
+                    .arg("--downstream-name")
+                    .arg(next.name);
+            }
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .kill_on_drop(true);
+            let mut child = cmd
+                .spawn()
+                .with_context(|| format!("starting {}", hop.name))?;
+            let stdin = child.stdin.take();
+            let stdout = child
+                .stdout
+                .take()
+                .ok_or_else(|| anyhow!("{}: no stdout", hop.name))?;
+            let url = tokio::time::timeout(READY_TIMEOUT, ready_line(stdout))
+                .await
+                .map_err(|_| {
+                    anyhow!(
+                        "{} did not say it was listening within {READY_TIMEOUT:?}",
+                        hop.name
+                    )
+                })?
+                .with_context(|| format!("{} did not start", hop.name))?;
+            running.push(Running {
+                name: hop.name,
+                child,
+                stdin,
+                url,
+                log,
+            });
+        }
+        running.reverse();
+        Ok(Chain { running, _dir: dir })
+    }
+
+    /// The edge's base URL (`http://127.0.0.1:PORT`).
+    pub(crate) fn edge_url(&self) -> &str {
+        self.running.first().map_or("", |r| r.url.as_str())
+    }
+
+    /// Stops every service, edge first, each drained before the next, and returns every hold
+    /// they logged.
+    pub(crate) async fn stop(mut self) -> anyhow::Result<Vec<HoldLine>> {
+        let mut holds = Vec::new();
+        for service in &mut self.running {
+            drop(service.stdin.take()); // the signal to drain and exit
+            let status = tokio::time::timeout(STOP_TIMEOUT, service.child.wait())
+                .await
+                .map_err(|_| anyhow!("{} did not exit within {STOP_TIMEOUT:?}", service.name))?
+                .with_context(|| format!("waiting for {}", service.name))?;
+            if !status.success() {
+                bail!("{} exited with {status}", service.name);
+            }
+            holds.extend(read_log(&service.log)?);
+        }
+        Ok(holds)
+    }
+}
+
+async fn ready_line(stdout: tokio::process::ChildStdout) -> anyhow::Result<String> {
+    let mut lines = BufReader::new(stdout).lines();
+    let line = lines
+        .next_line()
+        .await?
+        .ok_or_else(|| anyhow!("it exited before listening"))?;
+    let url = line
+        .strip_prefix("listening on ")
+        .ok_or_else(|| anyhow!("unexpected first line {line:?}"))?
+        .trim()
+        .to_owned();
+    // Keep reading (and discarding) so the service never blocks on a full stdout pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(url)
+}
+
+/// What one user got.
+#[derive(Debug, Clone)]
+pub(crate) struct UserResult {
+    /// The status heard before giving up, if any.
+    pub status: Option<u16>,
+    /// When the user heard back (or gave up), from when they sent.
+    pub elapsed: Duration,
+    /// The reply's `Deadline-Trace`, if any.
+    pub trace: Option<String>,
+    /// The reply's body, if any.
+    pub body: Option<String>,
+}
+
+/// An HTTP/1 client for users: pooled, TCP_NODELAY on, no library behaviour of its own.
+pub(crate) type UserClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+pub(crate) fn user_client() -> UserClient {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
+}
+
+/// One user: sends `GET url` with `budget_ms` (if any) and request id `id`, waits at most `wait`,
+/// then gives up (dropping the request, which closes its connection).
+pub(crate) async fn one_user(
+    client: &UserClient,
+    url: &str,
+    id: &str,
+    budget_ms: Option<u64>,
+    wait: Duration,
+) -> anyhow::Result<UserResult> {
+    use http_body_util::BodyExt as _;
+    let mut request = http::Request::get(url).header(crate::service::REQUEST_ID, id);
+    if let Some(budget) = budget_ms {
+        request = request.header(deadline::BUDGET_HEADER, budget);
+    }
+    let request = request
+        .body(http_body_util::Empty::new())
+        .context("building the user's request")?;
+    let start = tokio::time::Instant::now();
+    let attempt = async {
+        let response = client.request(request).await?;
+        let status = response.status().as_u16();
+        let trace = response
+            .headers()
+            .get(deadline::TRACE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok::<_, anyhow::Error>((status, trace, String::from_utf8_lossy(&body).into_owned()))
+    };
+    Ok(match tokio::time::timeout(wait, attempt).await {
+        Ok(Ok((status, trace, body))) => UserResult {
+            status: Some(status),
+            elapsed: start.elapsed(),
+            trace,
+            body: Some(body),
+        },
+        // A connection error before the wait is up is an answer too: nothing to read.
+        Ok(Err(_)) => UserResult {
+            status: None,
+            elapsed: start.elapsed(),
+            trace: None,
+            body: None,
+        },
+        Err(_) => UserResult {
+            status: None,
+            elapsed: wait,
+            trace: None,
+            body: None,
+        },
+    })
+}

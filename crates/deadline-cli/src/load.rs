@@ -1,0 +1,566 @@
+//! `deadline load`: open-loop users through gateway, orders and inventory (separate processes),
+//! run without deadlines and with them, and the dead work measured from the services' own logs.
+//!
+//! Arrivals are open-loop: user *i* is sent at `start + i / rate` whether or not earlier users
+//! were answered, as real users arrive. A closed loop would slow down exactly when the system
+//! struggles and hide the effect being measured. The generator reports its achieved rate and
+//! worst send lateness so a run can show it kept up.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::harness::{Chain, Hop, one_user, user_client};
+use crate::holds::{HoldLine, epoch_ms_now};
+use crate::service::is_slow;
+use crate::svg;
+
+/// Arguments of `deadline load` (CONTRACT 4.3); the defaults are the reference scenario.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct LoadArgs {
+    /// New users per second.
+    #[arg(long, default_value_t = 30.0)]
+    rate: f64,
+    /// Seconds of arrivals.
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Exit non-zero unless deadlines answer >= 85 % in time, >= 30 points more than without,
+    /// with < 1 % of worker time after users left, and the run without wasted most of its time.
+    #[arg(long)]
+    check: bool,
+    /// Print one JSON document (CONTRACT 6) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Draw the share answered in time, second by second, for both runs.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Run only one way: `with` or `without` deadlines (default both).
+    #[arg(long, value_parser = ["with", "without"])]
+    only: Option<String>,
+    /// How long each user waits, in ms; they send this less 50 ms as their budget.
+    #[arg(long, default_value_t = 2_000)]
+    user_wait: u64,
+    /// Inventory's worker slots.
+    #[arg(long, default_value_t = 8)]
+    slots: usize,
+    /// Inventory's work per call, in ms.
+    #[arg(long, default_value_t = 100)]
+    fast_work: u64,
+    /// Inventory's work for a slow request, in ms.
+    #[arg(long, default_value_t = 1_500)]
+    slow_work: u64,
+    /// Share of requests that are slow (the same request ids in both runs).
+    #[arg(long, default_value_t = 0.05)]
+    slow_share: f64,
+    /// Orders' own work per request, in ms.
+    #[arg(long, default_value_t = 20)]
+    orders_work: u64,
+    /// Gateway -> orders timeout per attempt, in ms.
+    #[arg(long, default_value_t = 3_500)]
+    gateway_timeout: u64,
+    /// Gateway -> orders attempts.
+    #[arg(long, default_value_t = 3)]
+    gateway_attempts: u32,
+    /// Orders -> inventory timeout per attempt, in ms.
+    #[arg(long, default_value_t = 1_000)]
+    orders_timeout: u64,
+    /// Orders -> inventory attempts.
+    #[arg(long, default_value_t = 3)]
+    orders_attempts: u32,
+    /// Seed of the slow-request choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// One run's figures. Field names are part of the interface (CONTRACT 6).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LoadRun {
+    pub(crate) deadlines: bool,
+    requests: usize,
+    slow_requests: usize,
+    in_time: usize,
+    pub(crate) in_time_share: f64,
+    slow_missed: usize,
+    fast_missed: usize,
+    latency_p50_ms: u64,
+    latency_p99_ms: u64,
+    worker_ms: f64,
+    worker_ms_after_users_left: f64,
+    wasted_share: f64,
+    drain_ms: f64,
+    calls: usize,
+    achieved_rate: f64,
+    worst_send_lateness_ms: f64,
+    /// Share answered in time among users sent in each second of the run.
+    pub(crate) in_time_share_by_second: Vec<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    passed: bool,
+    failures: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct LoadReport<'a> {
+    runs: &'a [LoadRun],
+    check: Check,
+}
+
+/// One user's fate.
+#[derive(Debug, Clone)]
+struct Outcome {
+    id: String,
+    sent_at: f64,
+    lateness_ms: f64,
+    in_time: bool,
+    elapsed_ms: f64,
+    /// When the user stopped waiting (epoch ms): answered or gave up.
+    left_at_ms: f64,
+}
+
+fn validate(args: &LoadArgs) -> anyhow::Result<()> {
+    if !(args.rate > 0.0 && args.rate.is_finite() && args.rate <= 100_000.0) {
+        bail!(
+            "--rate must be above 0 and at most 100000, not {}",
+            args.rate
+        );
+    }
+    if !(args.seconds > 0.0 && args.seconds.is_finite() && args.seconds <= 3_600.0) {
+        bail!(
+            "--seconds must be above 0 and at most 3600, not {}",
+            args.seconds
+        );
+    }
+    if !(0.0..=1.0).contains(&args.slow_share) {
+        bail!(
+            "--slow-share must be between 0 and 1, not {}",
+            args.slow_share
+        );
+    }
+    if args.slots == 0 {
+        bail!("--slots must be at least 1");
+    }
+    if args.user_wait < 100 {
+        bail!("--user-wait must be at least 100 ms");
+    }
+    Ok(())
+}
+
+fn hops(args: &LoadArgs, deadlines: bool) -> Vec<Hop> {
+    let mut baseline: Vec<String> = Vec::new();
+    if !deadlines {
+        baseline = vec!["--no-enforce".into(), "--no-propagate".into()];
+    }
+    let hop = |name: &'static str, args: Vec<String>| Hop {
+        name,
+        args: args.into_iter().chain(baseline.iter().cloned()).collect(),
+    };
+    let s = |v: &dyn ToString| v.to_string();
+    vec![
+        hop(
+            "gateway",
+            vec![
+                "--timeout".into(),
+                s(&args.gateway_timeout),
+                "--attempts".into(),
+                s(&args.gateway_attempts),
+            ],
+        ),
+        hop(
+            "orders",
+            vec![
+                "--work".into(),
+                s(&args.orders_work),
+                "--timeout".into(),
+                s(&args.orders_timeout),
+                "--attempts".into(),
+                s(&args.orders_attempts),
+            ],
+        ),
+        hop(
+            "inventory",
+            vec![
+                "--work".into(),
+                s(&args.fast_work),
+                "--slots".into(),
+                s(&args.slots),
+                "--slow-share".into(),
+                s(&args.slow_share),
+                "--slow-work".into(),
+                s(&args.slow_work),
+                "--seed".into(),
+                s(&args.seed),
+            ],
+        ),
+    ]
+}
+
+async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyhow::Result<LoadRun> {
+    let label = if deadlines {
+        "load-with"
+    } else {
+        "load-without"
+    };
+    let chain = Chain::start(label, &hops(args, deadlines)).await?;
+    let client = user_client();
+    let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
+    let total = (args.rate * args.seconds).round().max(1.0) as usize;
+    let period = Duration::from_secs_f64(1.0 / args.rate);
+    let wait = Duration::from_millis(args.user_wait);
+    let budget = args.user_wait.saturating_sub(50).max(1);
+
+    progress.set_length(total as u64);
+    progress.set_position(0);
+    progress.set_message(if deadlines {
+        "with deadlines"
+    } else {
+        "without deadlines"
+    });
+
+    let start = Instant::now();
+    let start_wall = epoch_ms_now();
+    let mut users = tokio::task::JoinSet::new();
+    for i in 0..total {
+        let due = start + period.mul_f64(i as f64);
+        tokio::time::sleep_until(due).await;
+        let lateness_ms = due.elapsed().as_secs_f64() * 1_000.0;
+        let sent_at = start_wall + (due - start).as_secs_f64() * 1_000.0 + lateness_ms;
+        let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
+        let id = format!("load-{}-{i}", args.seed);
+        users.spawn(async move {
+            let result = one_user(&client, &url, &id, Some(budget), wait).await;
+            progress.inc(1);
+            result.map(|user| {
+                let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;
+                Outcome {
+                    in_time: user.status == Some(200),
+                    id,
+                    sent_at,
+                    lateness_ms,
+                    elapsed_ms,
+                    left_at_ms: sent_at + elapsed_ms,
+                }
+            })
+        });
+    }
+    let mut outcomes = Vec::with_capacity(total);
+    while let Some(joined) = users.join_next().await {
+        outcomes.push(joined.context("a user task failed")??);
+    }
+    let holds = chain.stop().await?;
+    Ok(figures(args, deadlines, outcomes, &holds, start_wall))
+}
+
+fn figures(
+    args: &LoadArgs,
+    deadlines: bool,
+    mut outcomes: Vec<Outcome>,
+    holds: &[HoldLine],
+    start_wall: f64,
+) -> LoadRun {
+    outcomes.sort_by(|a, b| a.sent_at.total_cmp(&b.sent_at));
+    let requests = outcomes.len();
+    let slow: Vec<bool> = outcomes
+        .iter()
+        .map(|o| is_slow(&o.id, args.seed, args.slow_share))
+        .collect();
+    let in_time = outcomes.iter().filter(|o| o.in_time).count();
+    let slow_missed = outcomes
+        .iter()
+        .zip(&slow)
+        .filter(|(o, s)| **s && !o.in_time)
+        .count();
+    let fast_missed = outcomes
+        .iter()
+        .zip(&slow)
+        .filter(|(o, s)| !**s && !o.in_time)
+        .count();
+
+    let mut latency =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000, 3).expect("valid histogram bounds");
+    for o in &outcomes {
+        let _ = latency.record((o.elapsed_ms.round() as u64).max(1));
+    }
+
+    let left: HashMap<&str, f64> = outcomes
+        .iter()
+        .map(|o| (o.id.as_str(), o.left_at_ms))
+        .collect();
+    let worker_ms: f64 = holds.iter().map(HoldLine::worker_ms).sum();
+    let after: f64 = holds
+        .iter()
+        .map(|h| {
+            let left_at = h
+                .request_id
+                .as_deref()
+                .and_then(|id| left.get(id))
+                .copied()
+                .unwrap_or(f64::INFINITY);
+            h.worked_after(left_at)
+        })
+        .sum();
+    let last_left = outcomes
+        .iter()
+        .map(|o| o.left_at_ms)
+        .fold(start_wall, f64::max);
+    let last_end = holds
+        .iter()
+        .filter_map(|h| h.end_ms)
+        .fold(start_wall, f64::max);
+    let first_send = outcomes.first().map_or(start_wall, |o| o.sent_at);
+    let last_send = outcomes.last().map_or(start_wall, |o| o.sent_at);
+    let achieved_rate = if requests > 1 && last_send > first_send {
+        (requests - 1) as f64 / ((last_send - first_send) / 1_000.0)
+    } else {
+        args.rate
+    };
+
+    let seconds = args.seconds.ceil() as usize;
+    let mut by_second = vec![(0usize, 0usize); seconds.max(1)];
+    for o in &outcomes {
+        let s = (((o.sent_at - start_wall) / 1_000.0).floor().max(0.0) as usize)
+            .min(by_second.len() - 1);
+        by_second[s].0 += usize::from(o.in_time);
+        by_second[s].1 += 1;
+    }
+
+    LoadRun {
+        deadlines,
+        requests,
+        slow_requests: slow.iter().filter(|s| **s).count(),
+        in_time,
+        in_time_share: if requests == 0 {
+            0.0
+        } else {
+            in_time as f64 / requests as f64
+        },
+        slow_missed,
+        fast_missed,
+        latency_p50_ms: latency.value_at_quantile(0.50),
+        latency_p99_ms: latency.value_at_quantile(0.99),
+        worker_ms,
+        worker_ms_after_users_left: after,
+        wasted_share: if worker_ms > 0.0 {
+            after / worker_ms
+        } else {
+            0.0
+        },
+        drain_ms: (last_end - last_left).max(0.0),
+        calls: holds.iter().filter(|h| h.service != "gateway").count(),
+        achieved_rate,
+        worst_send_lateness_ms: outcomes.iter().map(|o| o.lateness_ms).fold(0.0, f64::max),
+        in_time_share_by_second: by_second
+            .iter()
+            .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
+            .collect(),
+    }
+}
+
+fn check(runs: &[LoadRun]) -> Check {
+    let mut failures = Vec::new();
+    let with = runs.iter().find(|r| r.deadlines);
+    let without = runs.iter().find(|r| !r.deadlines);
+    match (with, without) {
+        (Some(with), Some(without)) => {
+            if with.in_time_share < 0.85 {
+                failures.push(format!(
+                    "with deadlines only {:.1} % answered in time (needs >= 85 %)",
+                    with.in_time_share * 100.0
+                ));
+            }
+            let gain = (with.in_time_share - without.in_time_share) * 100.0;
+            if gain < 30.0 {
+                failures.push(format!(
+                    "deadlines gained only {gain:.1} points in time (needs >= 30)"
+                ));
+            }
+            if with.wasted_share >= 0.01 {
+                failures.push(format!(
+                    "with deadlines {:.2} % of worker time was after users left (needs < 1 %)",
+                    with.wasted_share * 100.0
+                ));
+            }
+            if without.wasted_share <= 0.5 {
+                failures.push(format!(
+                    "without deadlines only {:.1} % of worker time was wasted (the scenario needs > 50 % to make its point)",
+                    without.wasted_share * 100.0
+                ));
+            }
+        }
+        _ => failures.push("the check needs both runs (drop --only)".to_owned()),
+    }
+    Check {
+        passed: failures.is_empty(),
+        failures,
+    }
+}
+
+pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
+    validate(&args)?;
+    let progress = ProgressBar::new(0);
+    progress.set_style(
+        ProgressStyle::with_template("{msg:>18} [{bar:40}] {pos}/{len} users, {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let modes: Vec<bool> = match args.only.as_deref() {
+        Some("with") => vec![true],
+        Some("without") => vec![false],
+        _ => vec![false, true],
+    };
+    let mut runs = Vec::new();
+    for deadlines in modes {
+        let run = tokio::select! {
+            run = play(&args, deadlines, &progress) => run?,
+            _ = tokio::signal::ctrl_c() => bail!("interrupted; the services were stopped"),
+        };
+        runs.push(run);
+    }
+    progress.finish_and_clear();
+    let check = check(&runs);
+    if let Some(path) = &args.svg {
+        let picture = svg::load_chart(&runs, &args.describe());
+        std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        let passed = check.passed;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&LoadReport { runs: &runs, check })?
+        );
+        return Ok(exit(args.check, passed));
+    }
+    print_table(&args, &runs);
+    if let Some(path) = &args.svg {
+        println!("Chart written to {}.", path.display());
+    }
+    if args.check {
+        if check.passed {
+            println!("check: passed");
+        } else {
+            println!("check: FAILED");
+            for failure in &check.failures {
+                println!("  - {failure}");
+            }
+        }
+    }
+    Ok(exit(args.check, check.passed))
+}
+
+fn exit(checking: bool, passed: bool) -> ExitCode {
+    if checking && !passed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+impl LoadArgs {
+    fn describe(&self) -> String {
+        format!(
+            "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms); users wait {} ms",
+            self.rate,
+            self.seconds,
+            self.slots,
+            self.fast_work,
+            self.slow_share * 100.0,
+            self.slow_work,
+            self.user_wait
+        )
+    }
+}
+
+fn print_table(args: &LoadArgs, runs: &[LoadRun]) {
+    println!("deadline load: {}", args.describe());
+    let header: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            if r.deadlines {
+                "with".to_owned()
+            } else {
+                "without".to_owned()
+            }
+        })
+        .collect();
+    let row = |label: &str, cells: Vec<String>| {
+        let mut line = format!("{label:<30}");
+        for cell in cells {
+            line.push_str(&format!("{cell:>16}"));
+        }
+        println!("{}", line.trim_end());
+    };
+    row("deadlines", header);
+    row(
+        "requests (slow)",
+        runs.iter()
+            .map(|r| format!("{} ({})", r.requests, r.slow_requests))
+            .collect(),
+    );
+    row(
+        "answered in time",
+        runs.iter()
+            .map(|r| format!("{} {:.1} %", r.in_time, r.in_time_share * 100.0))
+            .collect(),
+    );
+    row(
+        "missed: slow / fast",
+        runs.iter()
+            .map(|r| format!("{} / {}", r.slow_missed, r.fast_missed))
+            .collect(),
+    );
+    row(
+        "user latency p50 / p99",
+        runs.iter()
+            .map(|r| format!("{} / {} ms", r.latency_p50_ms, r.latency_p99_ms))
+            .collect(),
+    );
+    row(
+        "calls between services",
+        runs.iter().map(|r| r.calls.to_string()).collect(),
+    );
+    row(
+        "worker time",
+        runs.iter()
+            .map(|r| format!("{:.1} s", r.worker_ms / 1_000.0))
+            .collect(),
+    );
+    row(
+        "  after users left",
+        runs.iter()
+            .map(|r| format!("{:.1} s", r.worker_ms_after_users_left / 1_000.0))
+            .collect(),
+    );
+    row(
+        "  wasted share",
+        runs.iter()
+            .map(|r| format!("{:.1} %", r.wasted_share * 100.0))
+            .collect(),
+    );
+    row(
+        "drain after last user",
+        runs.iter()
+            .map(|r| format!("{:.2} s", r.drain_ms / 1_000.0))
+            .collect(),
+    );
+    row(
+        "sent rate, worst lateness",
+        runs.iter()
+            .map(|r| {
+                format!(
+                    "{:.1}/s {:.1} ms",
+                    r.achieved_rate, r.worst_send_lateness_ms
+                )
+            })
+            .collect(),
+    );
+}

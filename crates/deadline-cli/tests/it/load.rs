@@ -1,0 +1,66 @@
+//! A short `deadline load`, checking the JSON's invariants (the full `--check` runs in CI).
+
+use crate::util::bin;
+
+#[test]
+fn short_load_reports_consistent_figures() {
+    let out = bin()
+        .args([
+            "load",
+            "--rate",
+            "20",
+            "--seconds",
+            "2",
+            "--slow-share",
+            "0.1",
+            "--json",
+        ])
+        .output()
+        .expect("load runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert!(json["check"]["passed"].is_boolean());
+    assert!(json["check"]["failures"].is_array());
+    let slow: Vec<u64> = runs
+        .iter()
+        .map(|r| r["slow_requests"].as_u64().unwrap())
+        .collect();
+    assert_eq!(slow[0], slow[1], "the same requests are slow in both runs");
+    for run in runs {
+        let requests = run["requests"].as_u64().unwrap();
+        assert_eq!(requests, 40, "{run}");
+        let in_time = run["in_time"].as_u64().unwrap();
+        assert!(in_time <= requests);
+        let share = run["in_time_share"].as_f64().unwrap();
+        assert!((share - in_time as f64 / requests as f64).abs() < 1e-9);
+        let worker = run["worker_ms"].as_f64().unwrap();
+        let after = run["worker_ms_after_users_left"].as_f64().unwrap();
+        assert!(
+            worker > 0.0 && after >= 0.0 && after <= worker + 1e-6,
+            "{run}"
+        );
+        assert!((run["wasted_share"].as_f64().unwrap() - after / worker).abs() < 1e-9);
+        assert!(run["drain_ms"].as_f64().unwrap() >= 0.0);
+    }
+    let with = runs.iter().find(|r| r["deadlines"] == true).unwrap();
+    // With deadlines, nothing but the slow requests can miss, and nothing runs for users who left.
+    assert_eq!(
+        with["in_time"].as_u64().unwrap() + with["slow_requests"].as_u64().unwrap(),
+        40,
+        "{with}"
+    );
+    assert!(with["wasted_share"].as_f64().unwrap() < 0.01, "{with}");
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let out = bin().args(["load", "--rate", "0"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rate"));
+}

@@ -1,0 +1,69 @@
+//! `deadline trace`: the readable tree and the JSON shape of CONTRACT 1.3.
+
+use crate::util::bin;
+
+const HEADER: &str = "gateway@0-1873=504,.call:orders@0-1872=504,..attempt@0-1823=504,...orders@1-1822=504,....work@1-21=ok,+2";
+
+#[test]
+fn decodes_to_a_tree() {
+    let out = bin().args(["trace", HEADER]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for name in [
+        "gateway",
+        "call:orders",
+        "attempt",
+        "orders",
+        "work",
+        "2 more",
+    ] {
+        assert!(text.contains(name), "{name} missing from\n{text}");
+    }
+    assert!(text.lines().count() >= 6, "{text}");
+}
+
+#[test]
+fn decodes_to_json_with_the_contract_fields() {
+    let out = bin()
+        .args(["trace", "--json", &format!("Deadline-Trace: {HEADER}")])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["dropped"], 2);
+    let root = &json["spans"][0];
+    assert_eq!(root["name"], "gateway");
+    assert_eq!(root["start_ms"], 0);
+    assert_eq!(root["end_ms"], 1873);
+    let work = &root["children"][0]["children"][0]["children"][0]["children"][0];
+    assert_eq!(work["name"], "work");
+    assert_eq!(work["start_ms"], 1);
+    assert!(work["children"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn hostile_input_decodes_to_the_valid_prefix_without_failing() {
+    for input in [
+        "",
+        "@@@",
+        ",,,",
+        "a@0-1,\u{0663}@0-1",
+        "a@5-1",
+        &".".repeat(100_000),
+    ] {
+        let out = bin().args(["trace", "--json", input]).output().unwrap();
+        assert!(out.status.success(), "{input:?}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(json["spans"].is_array());
+    }
+    let out = bin()
+        .args(["trace", "--json", "a@0-1,\u{0663}@0-1"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["spans"].as_array().unwrap().len(),
+        1,
+        "the valid prefix is kept"
+    );
+}
