@@ -196,16 +196,6 @@ fn print_run(run: &DemoRun) {
         "  waste      {:.0} ms of worker time after the user left (of {:.0} ms)",
         run.worker_ms_after_user_left, run.worker_ms
     );
-    if let Some(body) = run
-        .user_body
-        .as_deref()
-        .filter(|_| run.user_status != Some(200))
-    {
-        let report = body.lines().next().unwrap_or("");
-        for line in wrap(report, 66).iter().take(4) {
-            println!("  reply      {line}");
-        }
-    }
     if let Some(trace) = &run.user_trace {
         let tree = deadline::Trace::decode(trace.as_bytes());
         if let Some(line) = innermost(&tree) {
@@ -256,22 +246,6 @@ fn innermost(trace: &deadline::Trace) -> Option<String> {
     })
 }
 
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines = vec![String::new()];
-    for word in text.split_whitespace() {
-        let last = lines.last_mut().expect("non-empty");
-        if !last.is_empty() && last.len() + 1 + word.len() > width {
-            lines.push(word.to_owned());
-        } else {
-            if !last.is_empty() {
-                last.push(' ');
-            }
-            last.push_str(word);
-        }
-    }
-    lines
-}
-
 fn print_comparison(runs: &[DemoRun]) {
     let [without, with] = runs else { return };
     println!();
@@ -320,19 +294,6 @@ impl DemoRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wrap_keeps_lines_within_width() {
-        let lines = wrap(
-            "deadline exceeded at inventory while working: budget 950 ms, queued 0 ms",
-            30,
-        );
-        assert!(lines.iter().all(|l| l.len() <= 30), "{lines:?}");
-        assert_eq!(
-            lines.join(" "),
-            "deadline exceeded at inventory while working: budget 950 ms, queued 0 ms"
-        );
-    }
 
     #[test]
     fn innermost_names_the_last_hop() {

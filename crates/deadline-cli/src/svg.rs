@@ -186,7 +186,7 @@ pub(crate) fn demo_timeline(runs: &[DemoRun], user_wait_ms: f64) -> String {
                     if to > from {
                         let _ = writeln!(
                             out,
-                            r#"<rect x="{:.1}" y="{bar_y:.1}" width="{:.1}" height="{:.1}" fill="{colour}"><title>{} {} {:.0}-{:.0} ms ({})</title></rect>"#,
+                            r#"<rect x="{:.1}" y="{bar_y:.1}" width="{:.1}" height="{:.1}" fill="{colour}" stroke="white" stroke-width="1"><title>{} {} {:.0}-{:.0} ms ({})</title></rect>"#,
                             x(from),
                             (x(to) - x(from)).max(1.0),
                             LANE - 4.0,
@@ -212,10 +212,17 @@ pub(crate) fn demo_timeline(runs: &[DemoRun], user_wait_ms: f64) -> String {
         );
         let _ = writeln!(
             out,
-            r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">user stops waiting ({:.2} s)</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"#,
             x(left),
             row_y + 17.0,
-            left / 1_000.0
+            if run.user_heard_back_ms.is_some() {
+                format!(
+                    "user heard back and stopped waiting ({:.2} s)",
+                    left / 1_000.0
+                )
+            } else {
+                format!("user stops waiting ({:.2} s)", left / 1_000.0)
+            }
         );
         y += panel_height;
     }
