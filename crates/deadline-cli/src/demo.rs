@@ -11,7 +11,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::harness::{Chain, Hop, UserResult, one_user, user_client};
-use crate::holds::{HoldLine, epoch_ms_now};
+use crate::holds::HoldLine;
 use crate::svg;
 
 /// Arguments of `deadline demo`.
@@ -95,15 +95,14 @@ async fn play(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
     let url = format!("{}/order/42", chain.edge_url());
     let wait = Duration::from_millis(args.user_wait);
     let budget = args.user_wait.saturating_sub(50).max(1);
-    let start_ms = epoch_ms_now();
     let user = one_user(&client, &url, "demo-1", Some(budget), wait).await?;
     let holds = chain.stop().await?;
-    Ok(figures(deadlines, &user, holds, start_ms))
+    Ok(figures(deadlines, &user, holds, user.sent_ms))
 }
 
 fn figures(deadlines: bool, user: &UserResult, holds: Vec<HoldLine>, start_ms: f64) -> DemoRun {
     let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;
-    let left_at = start_ms + elapsed_ms;
+    let left_at = user.left_ms;
     let calls: Vec<&HoldLine> = holds.iter().filter(|h| h.service != "gateway").collect();
     let last_end = holds
         .iter()

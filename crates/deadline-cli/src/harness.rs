@@ -22,8 +22,9 @@ use crate::holds::{HoldLine, read_log};
 
 /// How long a service may take to print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a service may take to drain and exit once told to stop.
-const STOP_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a service may take to drain and exit once told to stop: a little more than the
+/// service's own `--drain-timeout` default, after which it exits anyway and says so.
+const STOP_TIMEOUT: Duration = Duration::from_secs(630);
 
 /// One hop of the chain: its name and its `deadline service` flags (beyond name, log, downstream).
 #[derive(Debug, Clone)]
@@ -177,6 +178,11 @@ pub(crate) struct UserResult {
     pub status: Option<u16>,
     /// When the user heard back (or gave up), from when they sent.
     pub elapsed: Duration,
+    /// When the user sent, in wall-clock epoch ms (the services' logs use the same clock).
+    pub sent_ms: f64,
+    /// When the user stopped waiting, in wall-clock epoch ms: read at that moment, so no hold
+    /// that ended before it can appear to end after it.
+    pub left_ms: f64,
     /// The reply's `Deadline-Trace`, if any.
     pub trace: Option<String>,
     /// The reply's body, if any.
@@ -215,6 +221,7 @@ pub(crate) async fn one_user(
         .body(http_body_util::Empty::new())
         .context("building the user's request")?;
     let start = tokio::time::Instant::now();
+    let sent_ms = crate::holds::epoch_ms_now();
     let attempt = async {
         let response = client.request(request).await?;
         let status = response.status().as_u16();
@@ -226,10 +233,14 @@ pub(crate) async fn one_user(
         let body = response.into_body().collect().await?.to_bytes();
         Ok::<_, anyhow::Error>((status, trace, String::from_utf8_lossy(&body).into_owned()))
     };
-    Ok(match tokio::time::timeout(wait, attempt).await {
+    let result = tokio::time::timeout(wait, attempt).await;
+    let left_ms = crate::holds::epoch_ms_now();
+    Ok(match result {
         Ok(Ok((status, trace, body))) => UserResult {
             status: Some(status),
             elapsed: start.elapsed(),
+            sent_ms,
+            left_ms,
             trace,
             body: Some(body),
         },
@@ -237,12 +248,16 @@ pub(crate) async fn one_user(
         Ok(Err(_)) => UserResult {
             status: None,
             elapsed: start.elapsed(),
+            sent_ms,
+            left_ms,
             trace: None,
             body: None,
         },
         Err(_) => UserResult {
             status: None,
             elapsed: wait,
+            sent_ms,
+            left_ms,
             trace: None,
             body: None,
         },

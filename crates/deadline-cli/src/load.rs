@@ -141,6 +141,14 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
             args.seconds
         );
     }
+    // Every user is held in memory until the end: keep the total sane.
+    let users = args.rate * args.seconds;
+    if users > 1_000_000.0 {
+        bail!("--rate times --seconds is {users:.0} users; at most 1,000,000 per run");
+    }
+    if users < 1.0 {
+        bail!("--rate times --seconds must be at least one user, not {users}");
+    }
     if !(0.0..=1.0).contains(&args.slow_share) {
         bail!(
             "--slow-share must be between 0 and 1, not {}",
@@ -234,7 +242,6 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
         let due = start + period.mul_f64(i as f64);
         tokio::time::sleep_until(due).await;
         let lateness_ms = due.elapsed().as_secs_f64() * 1_000.0;
-        let sent_at = start_wall + (due - start).as_secs_f64() * 1_000.0 + lateness_ms;
         let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
         let id = format!("load-{}-{i}", args.seed);
         users.spawn(async move {
@@ -245,10 +252,10 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
                 Outcome {
                     in_time: user.status == Some(200),
                     id,
-                    sent_at,
+                    sent_at: user.sent_ms,
                     lateness_ms,
                     elapsed_ms,
-                    left_at_ms: sent_at + elapsed_ms,
+                    left_at_ms: user.left_ms,
                 }
             })
         });

@@ -14,7 +14,7 @@ use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
-use deadline_http::enforce::{EnforceDeadlineLayer, Hold, HoldOutcome};
+use deadline_http::enforce::{EnforceDeadlineLayer, Hold};
 use deadline_http::propagate::DeadlineClient;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -85,6 +85,10 @@ pub(crate) struct ServiceArgs {
     /// Seed of the slow-request choice; the same seed picks the same request ids.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// On shutdown, how long to wait for work still in flight (baseline work whose caller left
+    /// included) before exiting anyway, with a warning, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub drain_timeout: u64,
     /// Drain and exit when standard input closes, as well as on SIGINT or SIGTERM. The demo and
     /// the load command use it so their services never outlive them.
     #[arg(long)]
@@ -210,7 +214,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         // in flight (the hold hook counts it out, exactly once).
         .map_request(move |mut req: Request<Incoming>| {
             counter.fetch_add(1, Ordering::AcqRel);
-            if !req.headers().contains_key(REQUEST_ID) {
+            // An id that is empty or not visible ASCII counts as absent: forwarding it would
+            // give unrelated requests one shared id (and one shared slowness decision).
+            let usable = req
+                .headers()
+                .get(REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|id| !id.trim().is_empty());
+            if !usable {
                 if let Ok(id) = HeaderValue::from_str(&ids.next()) {
                     req.headers_mut().insert(REQUEST_ID, id);
                 }
@@ -239,9 +250,21 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
 
     // Work the baseline keeps running after its caller left is still in flight: wait for it so
     // the log holds every hold, but not forever.
-    let drain_until = Instant::now() + Duration::from_secs(60);
+    let drain_until = Instant::now() + Duration::from_secs(args.drain_timeout);
     while in_flight.load(Ordering::Acquire) > 0 && Instant::now() < drain_until {
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let left = in_flight.load(Ordering::Acquire);
+    if left > 0 {
+        tracing::warn!(
+            service = %args.name,
+            in_flight = left,
+            "exiting with work still in flight after --drain-timeout; its holds are not logged"
+        );
+        eprintln!(
+            "deadline service {}: exiting with {left} requests still in flight after {} s; their holds are missing from the log",
+            args.name, args.drain_timeout
+        );
     }
     if let Some(log) = &log {
         log.flush().context("flushing the log")?;
@@ -396,7 +419,7 @@ fn hold_line(hold: &Hold) -> HoldLine {
     HoldLine {
         service: hold.service.to_string(),
         request_id: hold.request_id.clone(),
-        outcome: outcome_name(hold.outcome).to_owned(),
+        outcome: hold.outcome.as_str().to_owned(),
         status: hold.status.map(|s| s.as_u16()),
         budget_ms: hold.budget_ms,
         arrival_ms: epoch(hold.arrival),
@@ -405,17 +428,6 @@ fn hold_line(hold: &Hold) -> HoldLine {
         queued_ms: hold.queued.as_secs_f64() * 1_000.0,
         worked_ms: hold.worked.as_secs_f64() * 1_000.0,
         reply_written: hold.reply_written,
-    }
-}
-
-fn outcome_name(outcome: HoldOutcome) -> &'static str {
-    match outcome {
-        HoldOutcome::Ok => "ok",
-        HoldOutcome::Deadline => "deadline",
-        HoldOutcome::HungUp => "hung-up",
-        HoldOutcome::Rejected => "rejected",
-        HoldOutcome::Error => "error",
-        _ => "other",
     }
 }
 

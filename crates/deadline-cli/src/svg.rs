@@ -339,8 +339,16 @@ pub(crate) fn load_chart(runs: &[crate::load::LoadRun], subtitle: &str) -> Strin
         bottom + 36.0
     );
     let mut legend_x = LEFT;
-    for run in runs {
+    // "With" first, so the dashed "without" line stays visible where the two coincide.
+    let mut ordered: Vec<&crate::load::LoadRun> = runs.iter().collect();
+    ordered.sort_by_key(|r| !r.deadlines);
+    for run in ordered {
         let colour = if run.deadlines { BEFORE } else { AFTER };
+        let dash = if run.deadlines {
+            ""
+        } else {
+            r#" stroke-dasharray="7 4""#
+        };
         let points: Vec<String> = run
             .in_time_share_by_second
             .iter()
@@ -349,7 +357,7 @@ pub(crate) fn load_chart(runs: &[crate::load::LoadRun], subtitle: &str) -> Strin
             .collect();
         let _ = writeln!(
             out,
-            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2.5"/>"#,
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2.5"{dash}/>"#,
             points.join(" ")
         );
         let label = format!(

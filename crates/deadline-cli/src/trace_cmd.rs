@@ -13,19 +13,20 @@ pub(crate) struct TraceArgs {
     #[arg(long)]
     json: bool,
     /// The header value (with or without a leading `Deadline-Trace:`); `-` reads standard input.
-    header: String,
+    /// Any bytes are accepted: what does not parse is left out, never an error.
+    header: std::ffi::OsString,
 }
 
 pub(crate) fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
-    let raw = if args.header == "-" {
-        let mut buf = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+    let raw: Vec<u8> = if args.header == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
             .context("reading standard input")?;
         buf
     } else {
-        args.header.clone()
+        args.header.as_encoded_bytes().to_vec()
     };
-    let trace = Trace::decode(strip_name(raw.trim()).as_bytes());
+    let trace = Trace::decode(strip_name(trim(&raw)));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&trace)?);
     } else {
@@ -34,10 +35,23 @@ pub(crate) fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn trim(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |i| i + 1);
+    &bytes[start..end]
+}
+
 /// Accepts a header line pasted from `curl -si` as well as a bare value.
-fn strip_name(raw: &str) -> &str {
-    match raw.split_once(':') {
-        Some((name, rest)) if name.trim().eq_ignore_ascii_case("deadline-trace") => rest.trim(),
+fn strip_name(raw: &[u8]) -> &[u8] {
+    const NAME: &[u8] = b"deadline-trace";
+    match raw.iter().position(|b| *b == b':') {
+        Some(colon) if trim(&raw[..colon]).eq_ignore_ascii_case(NAME) => trim(&raw[colon + 1..]),
         _ => raw,
     }
 }
@@ -48,8 +62,9 @@ mod tests {
 
     #[test]
     fn header_lines_and_bare_values_both_decode() {
-        assert_eq!(strip_name("Deadline-Trace: a@0-1"), "a@0-1");
-        assert_eq!(strip_name("deadline-trace:a@0-1"), "a@0-1");
-        assert_eq!(strip_name("a@0-1,.call:x@0-1"), "a@0-1,.call:x@0-1");
+        assert_eq!(strip_name(b"Deadline-Trace: a@0-1"), b"a@0-1");
+        assert_eq!(strip_name(b"deadline-trace:a@0-1"), b"a@0-1");
+        assert_eq!(strip_name(b"a@0-1,.call:x@0-1"), b"a@0-1,.call:x@0-1");
+        assert_eq!(strip_name(b"\xff:\xfe"), b"\xff:\xfe");
     }
 }

@@ -72,7 +72,11 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    activity: Option<Activity>,
+    /// What the hop is doing, most recent last, each entry owned by one guard. A stack rather
+    /// than one slot, so overlapping calls (`join!`, spawned tasks) leaving in any order still
+    /// leave the right activity behind.
+    activities: Vec<(u64, Activity)>,
+    next_guard: u64,
     spans: Vec<Span>,
     dropped: u64,
 }
@@ -120,7 +124,7 @@ impl DeadlineContext {
     pub fn cutoff(&self) -> Option<Deadline> {
         self.inner
             .deadline
-            .map(|d| d.earlier_by(self.inner.reserve))
+            .map(|d| d.earlier_by(self.inner.reserve, self.inner.arrival.into_std()))
     }
 
     /// The time kept back for writing the reply.
@@ -181,16 +185,22 @@ impl DeadlineContext {
 
     /// What the hop is doing for this request now.
     pub fn activity(&self) -> Activity {
-        self.lock().activity.clone().unwrap_or(Activity::Working)
+        self.lock()
+            .activities
+            .last()
+            .map_or(Activity::Working, |(_, a)| a.clone())
     }
 
-    /// Sets what the hop is doing until the returned guard is dropped, when the previous
-    /// activity comes back.
+    /// Sets what the hop is doing until the returned guard is dropped. Guards may overlap and
+    /// drop in any order: the activity is always that of the most recent guard still alive.
     pub fn enter(&self, activity: Activity) -> ActivityGuard {
-        let previous = self.lock().activity.replace(activity);
+        let mut state = self.lock();
+        let id = state.next_guard;
+        state.next_guard = state.next_guard.wrapping_add(1);
+        state.activities.push((id, activity));
         ActivityGuard {
             context: self.clone(),
-            previous,
+            id,
         }
     }
 
@@ -203,16 +213,19 @@ impl DeadlineContext {
     }
 }
 
-/// Restores the previous [`Activity`] when dropped; from [`DeadlineContext::enter`].
+/// Ends its [`Activity`] when dropped; from [`DeadlineContext::enter`].
 #[derive(Debug)]
 pub struct ActivityGuard {
     context: DeadlineContext,
-    previous: Option<Activity>,
+    id: u64,
 }
 
 impl Drop for ActivityGuard {
     fn drop(&mut self) {
-        self.context.lock().activity = self.previous.take();
+        let mut state = self.context.lock();
+        if let Some(at) = state.activities.iter().rposition(|(id, _)| *id == self.id) {
+            state.activities.remove(at);
+        }
     }
 }
 
@@ -296,5 +309,22 @@ mod tests {
         ctx.record_dropped(3);
         let (spans, dropped) = ctx.take_spans();
         assert_eq!((spans.len(), dropped), (1, 3));
+    }
+
+    /// Overlapping calls leave in any order: when the first call's guard drops while the second
+    /// is still in flight, the hop is still calling the second, not "working".
+    #[tokio::test(start_paused = true)]
+    async fn overlapping_activities_leave_the_right_one_behind() {
+        let ctx = DeadlineContext::new(None, Duration::ZERO, Instant::now());
+        let calling = |t: &str| Activity::Calling { target: t.into() };
+        let a = ctx.enter(calling("orders"));
+        let b = ctx.enter(calling("inventory"));
+        drop(a);
+        assert_eq!(ctx.activity(), calling("inventory"));
+        let c = ctx.enter(calling("payments"));
+        drop(b);
+        assert_eq!(ctx.activity(), calling("payments"));
+        drop(c);
+        assert_eq!(ctx.activity(), Activity::Working);
     }
 }

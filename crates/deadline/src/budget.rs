@@ -122,12 +122,14 @@ impl Deadline {
         if other.0 < self.0 { other } else { self }
     }
 
-    /// The deadline moved `reserve` earlier, for example to keep time back for writing a reply.
-    /// Saturates at the clock's origin.
-    pub fn earlier_by(self, reserve: Duration) -> Deadline {
-        // `checked_sub` fails only within `reserve` of the platform clock's origin, where no
-        // earlier instant exists to move to.
-        Deadline(self.0.checked_sub(reserve).unwrap_or(self.0))
+    /// The deadline moved `reserve` earlier, but never before `not_before` (typically the
+    /// request's arrival): for example to keep time back for writing a reply.
+    ///
+    /// Computed forwards from `not_before`, so no [`Instant`] is ever subtracted: on platforms
+    /// whose clock starts at boot, a reserve longer than the uptime still applies in full.
+    pub fn earlier_by(self, reserve: Duration, not_before: Instant) -> Deadline {
+        let span = self.0.saturating_duration_since(not_before);
+        Deadline::after_duration(not_before, span.saturating_sub(reserve))
     }
 }
 
@@ -176,8 +178,13 @@ mod tests {
             Some(1)
         );
         assert_eq!(
-            d.earlier_by(Duration::from_millis(10)).remaining(t0),
+            d.earlier_by(Duration::from_millis(10), t0).remaining(t0),
             Duration::from_millis(90)
+        );
+        assert_eq!(
+            d.earlier_by(Duration::from_secs(3600), t0),
+            Deadline::at(t0),
+            "saturates at not_before"
         );
         let e = Deadline::after(t0, Budget::from_millis(50).unwrap());
         assert_eq!(d.min(e), e);

@@ -168,7 +168,9 @@ fn escape(raw: &[u8], limit: usize) -> String {
     out
 }
 
-fn trim(bytes: &[u8]) -> &[u8] {
+/// `bytes` without leading and trailing spaces and tabs (HTTP's optional whitespace), the one
+/// trim every codec here uses.
+pub(crate) fn trim(bytes: &[u8]) -> &[u8] {
     let is_ws = |b: &u8| *b == b' ' || *b == b'\t';
     let start = bytes.iter().position(|b| !is_ws(b)).unwrap_or(bytes.len());
     let end = bytes

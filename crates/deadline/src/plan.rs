@@ -603,14 +603,5 @@ mod tests {
                 prop_assert_eq!(sent, policy.attempts(), "the baseline runs every attempt");
             }
         }
-
-        /// A decision is a function of its inputs alone.
-        #[test]
-        fn decide_is_pure(policy in policies(), sent in 0u32..10, deadline_us in 0u64..=5_000_000, now_us in 0u64..=5_000_000) {
-            let t0 = origin();
-            let deadline = Some(Deadline::after_duration(t0, Duration::from_micros(deadline_us)));
-            let now = t0 + Duration::from_micros(now_us);
-            prop_assert_eq!(decide(&policy, sent, deadline, now), decide(&policy, sent, deadline, now));
-        }
     }
 }

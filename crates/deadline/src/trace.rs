@@ -180,6 +180,8 @@ use std::fmt;
 
 use http::{HeaderName, HeaderValue};
 
+use crate::header::trim;
+
 /// The `Deadline-Trace` response header name.
 pub const TRACE_HEADER: HeaderName = HeaderName::from_static("deadline-trace");
 
@@ -683,16 +685,6 @@ fn write_number(out: &mut Vec<u8>, mut n: u64) {
         }
     }
     out.extend_from_slice(&digits[i..]);
-}
-
-fn trim(mut input: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = input {
-        input = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = input {
-        input = rest;
-    }
-    input
 }
 
 /// Splits `bytes` after its longest prefix of bytes that satisfy `pred`.

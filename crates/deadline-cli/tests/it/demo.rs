@@ -78,12 +78,13 @@ fn demo_draws_a_timeline() {
     let dir = std::env::temp_dir().join(format!("deadline-demo-svg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let svg = dir.join("t.svg");
-    // A quicker inventory keeps this test short; the picture's structure is the same.
+    // A quicker inventory keeps this test short: without deadlines the user (400 ms) gives up
+    // before inventory (600 ms) answers; with them they hear a 504. Both labels appear.
     let out = bin()
         .args([
             "demo",
             "--inventory-work",
-            "300",
+            "600",
             "--user-wait",
             "400",
             "--svg",
@@ -112,6 +113,7 @@ fn demo_draws_a_timeline() {
         "orders",
         "inventory",
         "user stops waiting",
+        "user heard back",
         "after the user stopped waiting",
     ] {
         assert!(picture.contains(part), "{part} missing");

@@ -60,7 +60,21 @@ fn short_load_reports_consistent_figures() {
 
 #[test]
 fn bad_arguments_are_clear_errors() {
-    let out = bin().args(["load", "--rate", "0"]).output().unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--rate"));
+    for args in [
+        &["--rate", "0"][..],
+        &["--rate", "1e-20"],
+        &["--rate", "NaN"],
+        &["--rate", "100000", "--seconds", "3600"],
+        &["--slow-share", "1.5"],
+        &["--slots", "0"],
+    ] {
+        let out = bin().arg("load").args(args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: a clear error, not a panic"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error: --"), "{args:?}: {err}");
+    }
 }

@@ -127,13 +127,23 @@ fn log_has_one_line_per_hold_and_is_flushed_on_shutdown() {
         .status,
         504
     );
+    // Without an id (or with an empty one) the edge makes one.
+    assert_eq!(get(&svc.addr, b"").status, 200);
+    assert_eq!(get(&svc.addr, b"X-Request-Id: \r\n").status, 200);
     drop_stdin_and_wait(svc);
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines.len(), 4, "{text}");
+    let made: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["request_id"].as_str())
+        .filter(|id| id.starts_with("inventory-"))
+        .collect();
+    assert_eq!(made.len(), 2, "ids made at the edge: {text}");
+    assert_ne!(made[0], made[1], "each request gets its own");
     let ok = lines
         .iter()
         .find(|l| l["request_id"] == "r-1")

@@ -67,3 +67,40 @@ fn hostile_input_decodes_to_the_valid_prefix_without_failing() {
         "the valid prefix is kept"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn non_utf8_input_is_decoded_not_refused() {
+    use std::io::Write as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let arg = std::ffi::OsStr::from_bytes(b"a@0-1,\xff@0-1");
+    let out = bin().args(["trace", "--json"]).arg(arg).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["spans"].as_array().unwrap().len(),
+        1,
+        "the valid prefix"
+    );
+
+    let mut child = bin()
+        .args(["trace", "--json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Deadline-Trace: b@0-2,\xfe\xff\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["spans"][0]["name"], "b");
+}

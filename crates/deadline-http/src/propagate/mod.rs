@@ -50,11 +50,12 @@
 //!
 //! # Where the deadline comes from
 //!
-//! In order: a [`deadline::Deadline`] in the request's extensions (for callers outside a served
-//! request that still want a budget; [`with_deadline`](crate::with_deadline) does the same for a
-//! whole block), else the deadline of [`DeadlineContext::current`]. Without either, the call is
-//! made as if the library were not there: no header, the full timeout for every attempt, every
-//! configured attempt.
+//! Two places: a [`deadline::Deadline`] in the request's extensions (for callers outside a
+//! served request that still want a budget; [`with_deadline`](crate::with_deadline) does the same
+//! for a whole block), and the deadline of [`DeadlineContext::current`]. When both exist the
+//! tighter wins: an explicit deadline can shorten the served request's, never lengthen it.
+//! Without either, the call is made as if the library were not there: no header, the full
+//! timeout for every attempt, every configured attempt.
 //!
 //! The context is read when the service is *called*, so the layer must be called on the
 //! handler's task. Put anything that hands calls to another task (tower's `Buffer`, for one)
@@ -254,7 +255,15 @@ where
     fn call(&mut self, request: Request<B>) -> ResponseFuture<RB> {
         let explicit = request.extensions().get::<Deadline>().copied();
         let context = DeadlineContext::current();
-        let deadline = explicit.or_else(|| context.as_ref().and_then(DeadlineContext::deadline));
+        // Both apply when both exist: an explicit deadline can tighten the request's, never
+        // loosen it, or a callee could be told more time than the user is still waiting.
+        let deadline = match (
+            explicit,
+            context.as_ref().and_then(DeadlineContext::deadline),
+        ) {
+            (Some(explicit), Some(served)) => Some(explicit.min(served)),
+            (explicit, served) => explicit.or(served),
+        };
         let call = Call {
             inner: self.inner.clone(),
             policy: self.policy,

@@ -448,7 +448,7 @@ async fn propagation_off_sends_no_header_and_runs_every_full_attempt() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_explicit_deadline_works_outside_any_context_and_wins_inside_one() {
+async fn an_explicit_deadline_works_outside_any_context_and_the_tighter_wins_inside_one() {
     let t0 = Instant::now();
     let (callee, log) = mock(t0, |_, _| reply(5, 200));
     let client = PropagateDeadline::new(callee, policy(1_000, 3));
@@ -470,7 +470,7 @@ async fn an_explicit_deadline_works_outside_any_context_and_wins_inside_one() {
     let mut explicit = get("http://inventory/");
     explicit.extensions_mut().insert(deadline);
     ctx.clone()
-        .scope(client.oneshot(explicit))
+        .scope(client.clone().oneshot(explicit))
         .await
         .expect("a response");
     assert_eq!(
@@ -482,6 +482,24 @@ async fn an_explicit_deadline_works_outside_any_context_and_wins_inside_one() {
         spans(&ctx),
         "call:inventory@0-5=200,.attempt@0-5=200",
         "recorded in the context all the same"
+    );
+
+    // Regression (review): an explicit deadline *later* than the served request's must not
+    // loosen it; the tighter of the two applies.
+    let (ctx, _) = context(Some(300));
+    let mut looser = get("http://inventory/");
+    looser.extensions_mut().insert(Deadline::after_duration(
+        Instant::now().into_std(),
+        ms(5_000),
+    ));
+    ctx.clone()
+        .scope(client.oneshot(looser))
+        .await
+        .expect("a response");
+    assert_eq!(
+        log.seen()[2].budgets,
+        ["250"],
+        "the served request's 300 ms, less the margin"
     );
 }
 
