@@ -39,8 +39,12 @@ pin_project! {
         // Field order is drop order: the work (and with it the slot) goes first, so a hold
         // reported by the recorder's drop sees the slot already free.
         state: State<B, E>,
+        // When work must stop, if the request has a deadline.
+        cutoff: Option<Instant>,
+        // The timer for `cutoff`, made the first time the future has to wait: a request whose
+        // work is ready at once never touches the timer wheel.
         #[pin]
-        cutoff: Option<Sleep>,
+        sleep: Option<Sleep>,
         ctx: DeadlineContext,
         shared: Arc<Shared>,
         recorder: Option<Recorder>,
@@ -93,7 +97,7 @@ impl<B, E> fmt::Debug for ResponseFuture<B, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("state", &self.state.name())
-            .field("cutoff", &self.cutoff.as_ref().map(Sleep::deadline))
+            .field("cutoff", &self.cutoff)
             .field("ctx", &self.ctx)
             .finish_non_exhaustive()
     }
@@ -102,7 +106,7 @@ impl<B, E> fmt::Debug for ResponseFuture<B, E> {
 impl<B, E> ResponseFuture<B, E> {
     pub(crate) fn new(
         state: State<B, E>,
-        cutoff: Option<Sleep>,
+        cutoff: Option<Instant>,
         ctx: DeadlineContext,
         shared: Arc<Shared>,
         recorder: Option<Recorder>,
@@ -110,6 +114,7 @@ impl<B, E> ResponseFuture<B, E> {
         ResponseFuture {
             state,
             cutoff,
+            sleep: None,
             ctx,
             shared,
             recorder,
@@ -123,7 +128,8 @@ impl<B, E> Future for ResponseFuture<B, E> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let state = this.state;
-        let mut cutoff = this.cutoff;
+        let cutoff = *this.cutoff;
+        let mut sleep = this.sleep;
         let ctx: &DeadlineContext = this.ctx;
         let shared: &Shared = this.shared;
         let recorder = this.recorder;
@@ -163,8 +169,7 @@ impl<B, E> Future for ResponseFuture<B, E> {
                     let State::Start { work, .. } = std::mem::replace(state, State::Done) else {
                         unreachable!("matched above")
                     };
-                    if let Some(answer) =
-                        begin(state, cutoff.as_ref(), ctx, shared, recorder, work, permit)
+                    if let Some(answer) = begin(state, cutoff, ctx, shared, recorder, work, permit)
                     {
                         return Poll::Ready(Ok(answer));
                     }
@@ -178,13 +183,13 @@ impl<B, E> Future for ResponseFuture<B, E> {
                         // `Err` only if the semaphore were closed, which it never is.
                         let permit = permit.ok();
                         if let Some(answer) =
-                            begin(state, cutoff.as_ref(), ctx, shared, recorder, work, permit)
+                            begin(state, cutoff, ctx, shared, recorder, work, permit)
                         {
                             return Poll::Ready(Ok(answer));
                         }
                     }
                     Poll::Pending => {
-                        if !fired(cutoff.as_mut(), cx) {
+                        if !fired(cutoff, sleep.as_mut(), cx) {
                             return Poll::Pending;
                         }
                         let now = Instant::now();
@@ -211,7 +216,7 @@ impl<B, E> Future for ResponseFuture<B, E> {
                         });
                     }
                     Poll::Pending => {
-                        if !fired(cutoff.as_mut(), cx) {
+                        if !fired(cutoff, sleep.as_mut(), cx) {
                             return Poll::Pending;
                         }
                         let now = Instant::now();
@@ -274,9 +279,19 @@ fn take(recorder: &mut Option<Recorder>) -> Recorder {
         .expect("the recorder stays in the future until it answers")
 }
 
-/// Whether the cutoff has come (never, without a deadline).
-fn fired(cutoff: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> bool {
-    cutoff
+/// Whether the cutoff has come (never, without a deadline). Makes the timer the first time.
+fn fired(
+    cutoff: Option<Instant>,
+    mut sleep: Pin<&mut Option<Sleep>>,
+    cx: &mut Context<'_>,
+) -> bool {
+    let Some(cutoff) = cutoff else {
+        return false;
+    };
+    if sleep.is_none() {
+        sleep.set(Some(tokio::time::sleep_until(cutoff)));
+    }
+    sleep
         .as_pin_mut()
         .is_some_and(|sleep| sleep.poll(cx).is_ready())
 }
@@ -285,7 +300,7 @@ fn fired(cutoff: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> bool {
 /// the cutoff itself is too late): nothing starts after its deadline.
 fn begin<B, E>(
     state: &mut State<B, E>,
-    cutoff: Pin<&Option<Sleep>>,
+    cutoff: Option<Instant>,
     ctx: &DeadlineContext,
     shared: &Shared,
     recorder: &mut Option<Recorder>,
@@ -293,8 +308,8 @@ fn begin<B, E>(
     permit: Option<OwnedSemaphorePermit>,
 ) -> Option<Response<EnforceBody<B>>> {
     let now = Instant::now();
-    if let Some(cutoff) = cutoff.get_ref() {
-        if now >= cutoff.deadline() {
+    if let Some(cutoff) = cutoff {
+        if now >= cutoff {
             drop((work, permit));
             return Some(give_up(shared, ctx, recorder, now, &Activity::Queued));
         }
@@ -412,13 +427,50 @@ fn trace_header(
         status: status.as_str(),
     };
     let (spans, dropped) = ctx.take_spans();
-    let encoded = if spans.is_empty() && dropped == 0 {
-        encode_plain(&root, shape)
-    } else {
-        encode_with(&root, shape, spans, dropped)
-    };
+    if spans.is_empty() && dropped == 0 {
+        // The common case, a hop that called nobody: written on the stack and copied once into
+        // the header value, one allocation in all.
+        let mut plain = StackText::new();
+        if encode_plain(&mut plain, &root, shape).is_ok() {
+            if let Ok(value) = HeaderValue::from_bytes(plain.as_bytes()) {
+                return value;
+            }
+        }
+    }
+    let encoded = encode_with(&root, shape, spans, dropped);
     HeaderValue::from_maybe_shared(Bytes::from(encoded))
         .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// A small text buffer on the stack; writing past its end is an error, not a reallocation.
+struct StackText {
+    buf: [u8; 256],
+    len: usize,
+}
+
+impl StackText {
+    fn new() -> StackText {
+        StackText {
+            buf: [0; 256],
+            len: 0,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len.checked_add(s.len()).ok_or(fmt::Error)?;
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 /// The root span of a hop's trace.
@@ -470,27 +522,56 @@ fn encode_with(root: &Root<'_>, shape: Shape<'_>, spans: Vec<Span>, dropped: u64
 }
 
 /// The same encoding as [`encode_with`] for a trace with only the layer's own spans, written
-/// directly: the common case (a hop that calls nobody) then costs one allocation instead of a
-/// dozen. A test keeps the two in step.
-fn encode_plain(root: &Root<'_>, shape: Shape<'_>) -> Vec<u8> {
-    use std::io::Write;
+/// directly into `out`: the common case (a hop that calls nobody) then needs no spans, no
+/// strings and no vectors. A test keeps the two in step.
+fn encode_plain(out: &mut impl fmt::Write, root: &Root<'_>, shape: Shape<'_>) -> fmt::Result {
+    // Plain `write_str`s and a digit loop rather than `write!`: the formatting machinery was
+    // most of this function's cost, and this runs once per request.
     let ms = |ms: u64| ms.min(MAX_MS);
-    let mut out = Vec::with_capacity(root.name.len() + 64);
-    // Writing to a Vec cannot fail.
-    let _ = write!(out, "{}@0-{}={}", root.name, ms(root.end_ms), root.status);
-    let _ = match shape {
+    out.write_str(root.name)?;
+    out.write_str("@0-")?;
+    write_u64(out, ms(root.end_ms))?;
+    out.write_str("=")?;
+    out.write_str(root.status)?;
+    match shape {
         Shape::Rejected => Ok(()),
-        Shape::GaveUp { queued_ms } => write!(out, ",.queue@0-{}=deadline", ms(queued_ms)),
+        Shape::GaveUp { queued_ms } => {
+            out.write_str(",.queue@0-")?;
+            write_u64(out, ms(queued_ms))?;
+            out.write_str("=deadline")
+        }
         Shape::Worked {
             start_ms,
             end_ms,
             outcome,
         } => {
             let (start, end) = (ms(start_ms), ms(end_ms.max(start_ms)));
-            write!(out, ",.queue@0-{start},.work@{start}-{end}={outcome}")
+            out.write_str(",.queue@0-")?;
+            write_u64(out, start)?;
+            out.write_str(",.work@")?;
+            write_u64(out, start)?;
+            out.write_str("-")?;
+            write_u64(out, end)?;
+            out.write_str("=")?;
+            out.write_str(outcome)
         }
-    };
-    out
+    }
+}
+
+/// Writes `n` in decimal.
+fn write_u64(out: &mut impl fmt::Write, mut n: u64) -> fmt::Result {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    out.write_str(std::str::from_utf8(&digits[at..]).map_err(|_| fmt::Error)?)
 }
 
 #[cfg(test)]
@@ -498,6 +579,15 @@ mod tests {
     use deadline::trace::{MAX_NAME_LEN, sanitize_name};
 
     use super::*;
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 590, 9_999_999_999, u64::MAX] {
+            let mut out = String::new();
+            write_u64(&mut out, n).unwrap();
+            assert_eq!(out, n.to_string());
+        }
+    }
 
     #[test]
     fn the_plain_encoding_matches_the_codec() {
@@ -538,9 +628,17 @@ mod tests {
         ];
         for root in &roots {
             for shape in shapes {
-                let plain = String::from_utf8(encode_plain(root, shape)).unwrap();
+                let mut plain = String::new();
+                encode_plain(&mut plain, root, shape).unwrap();
                 let codec = String::from_utf8(encode_with(root, shape, Vec::new(), 0)).unwrap();
                 assert_eq!(plain, codec);
+                let mut on_stack = StackText::new();
+                encode_plain(&mut on_stack, root, shape).unwrap();
+                assert_eq!(
+                    on_stack.as_bytes(),
+                    plain.as_bytes(),
+                    "fits the stack buffer"
+                );
             }
         }
     }

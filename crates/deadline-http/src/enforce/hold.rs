@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use http::{Method, StatusCode};
+use http::{HeaderValue, Method, StatusCode, Uri};
 use tokio::time::Instant;
 
 use super::Shared;
@@ -250,8 +250,16 @@ impl fmt::Display for HoldSnapshot {
 /// Ownership does the bookkeeping: the recorder lives in the response future until the answer
 /// is ready, then in the response body (or, in baseline mode, in the spawned task until the work
 /// ends). Whoever holds it last reports it, so a request is reported once however it ends.
+///
+/// The report's two strings (`request_id` and `path`) are made only for an
+/// [`on_hold`](super::EnforceDeadlineLayer::on_hold) hook: until then the recorder keeps the
+/// request's header value and URI, which are clones of hyper's buffers (a reference count, no
+/// copy), and the `tracing` event reads them in place. Without a hook, a report allocates
+/// nothing.
 pub(crate) struct Recorder {
-    hold: Hold,
+    /// Boxed: the recorder travels from the response future into the response body, and a
+    /// pointer moves for less than the few hundred bytes of a hold.
+    data: Box<Data>,
     shared: Arc<Shared>,
     /// The answer reached the caller's side (the response future completed with it).
     delivered: bool,
@@ -261,54 +269,66 @@ pub(crate) struct Recorder {
 impl fmt::Debug for Recorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Recorder")
-            .field("hold", &self.hold)
+            .field("hold", &self.data.hold)
             .field("delivered", &self.delivered)
             .finish_non_exhaustive()
     }
 }
 
 impl Recorder {
-    pub(crate) fn new(shared: Arc<Shared>, hold: Hold) -> Recorder {
+    /// `hold`'s `request_id` and `path` are filled in from `request_id` and `uri` when a hook
+    /// needs them.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        hold: Hold,
+        request_id: Option<HeaderValue>,
+        uri: Uri,
+    ) -> Recorder {
         Recorder {
-            hold,
+            data: Box::new(Data {
+                hold,
+                request_id,
+                uri,
+            }),
             shared,
             delivered: false,
             reported: false,
         }
     }
 
+    /// The hold so far (without its `request_id` and `path`, which only the hook gets).
     pub(crate) fn hold(&self) -> &Hold {
-        &self.hold
+        &self.data.hold
     }
 
     /// The budget the caller sent, in ms (0 for a spent one).
     pub(crate) fn set_budget(&mut self, budget_ms: Option<u64>) {
-        self.hold.budget_ms = budget_ms;
+        self.data.hold.budget_ms = budget_ms;
     }
 
     /// The request stopped waiting for a slot at `at` without starting.
     pub(crate) fn left_queue(&mut self, at: Instant) {
-        self.hold.queued = at.saturating_duration_since(self.hold.arrival);
+        self.data.hold.queued = at.saturating_duration_since(self.data.hold.arrival);
     }
 
     /// The work started at `at`.
     pub(crate) fn start(&mut self, at: Instant) {
         self.left_queue(at);
-        self.hold.work_start = Some(at);
+        self.data.hold.work_start = Some(at);
     }
 
     /// The work ended (or was dropped) at `at`. Only the first call counts.
     pub(crate) fn end(&mut self, at: Instant) {
-        if let (Some(start), None) = (self.hold.work_start, self.hold.work_end) {
-            self.hold.work_end = Some(at);
-            self.hold.worked = at.saturating_duration_since(start);
+        if let (Some(start), None) = (self.data.hold.work_start, self.data.hold.work_end) {
+            self.data.hold.work_end = Some(at);
+            self.data.hold.worked = at.saturating_duration_since(start);
         }
     }
 
     /// The answer is `status` (if any), with `outcome`.
     pub(crate) fn answer(&mut self, status: Option<StatusCode>, outcome: HoldOutcome) {
-        self.hold.status = status;
-        self.hold.outcome = outcome;
+        self.data.hold.status = status;
+        self.data.hold.outcome = outcome;
     }
 
     /// The answer was handed to the caller's side: from now on, a drop means the reply was not
@@ -319,7 +339,7 @@ impl Recorder {
 
     /// Reports the hold now.
     pub(crate) fn finish(mut self, reply_written: bool) {
-        self.hold.reply_written = reply_written;
+        self.data.hold.reply_written = reply_written;
         self.report();
     }
 
@@ -327,14 +347,15 @@ impl Recorder {
         if std::mem::replace(&mut self.reported, true) {
             return;
         }
-        let hold = &self.hold;
-        self.shared.metrics.record(hold);
+        self.shared.metrics.record(&self.data.hold);
+        let request_id = self.data.request_id.as_ref().and_then(|v| v.to_str().ok());
+        let hold = &self.data.hold;
         tracing::info!(
             target: "deadline::hold",
             service = %hold.service,
-            request_id = hold.request_id.as_deref(),
+            request_id,
             method = %hold.method,
-            path = %hold.path,
+            path = self.data.uri.path(),
             budget_ms = hold.budget_ms,
             queued_ms = u64::try_from(hold.queued.as_millis()).unwrap_or(u64::MAX),
             worked_ms = u64::try_from(hold.worked.as_millis()).unwrap_or(u64::MAX),
@@ -344,9 +365,19 @@ impl Recorder {
             "worker hold"
         );
         if let Some(hook) = &self.shared.on_hold {
-            hook(hold);
+            self.data.hold.request_id = request_id.map(str::to_owned);
+            self.data.hold.path = self.data.uri.path().to_owned();
+            hook(&self.data.hold);
         }
     }
+}
+
+/// What a [`Recorder`] keeps for the report.
+struct Data {
+    /// `request_id` and `path` stay empty here until [`report`](Recorder::report) needs them.
+    hold: Hold,
+    request_id: Option<HeaderValue>,
+    uri: Uri,
 }
 
 impl Drop for Recorder {
@@ -358,9 +389,9 @@ impl Drop for Recorder {
             // The response future (or, in baseline mode, the task's result) was dropped before
             // the answer reached the caller's side: the caller went away.
             self.end(Instant::now());
-            self.hold.outcome = HoldOutcome::HungUp;
+            self.data.hold.outcome = HoldOutcome::HungUp;
         }
-        self.hold.reply_written = false;
+        self.data.hold.reply_written = false;
         self.report();
     }
 }

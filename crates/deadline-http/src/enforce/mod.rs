@@ -243,13 +243,10 @@ where
         let shared = &self.shared;
         let hold = Hold {
             service: shared.name.clone(),
-            request_id: request
-                .headers()
-                .get(REQUEST_ID_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
+            // Filled in only for an `on_hold` hook (see `Recorder`).
+            request_id: None,
             method: request.method().clone(),
-            path: request.uri().path().to_owned(),
+            path: String::new(),
             budget_ms: None,
             arrival,
             work_start: None,
@@ -260,7 +257,9 @@ where
             status: None,
             reply_written: false,
         };
-        let mut recorder = Recorder::new(shared.clone(), hold);
+        let request_id = request.headers().get(REQUEST_ID_HEADER).cloned();
+        let uri = request.uri().clone();
+        let mut recorder = Recorder::new(shared.clone(), hold, request_id, uri);
 
         if !shared.enforce {
             return baseline(self.inner.clone(), shared, request, recorder, arrival);
@@ -328,7 +327,7 @@ where
             work,
             slots: shared.slots.clone(),
         };
-        let cutoff = cutoff.map(|c| tokio::time::sleep_until(Instant::from_std(c.instant())));
+        let cutoff = cutoff.map(|c| Instant::from_std(c.instant()));
         ResponseFuture::new(state, cutoff, ctx, shared.clone(), Some(recorder))
     }
 }
