@@ -254,13 +254,28 @@ impl<B, E> Future for ResponseFuture<B, E> {
                                 Ok(panic) => std::panic::resume_unwind(panic),
                                 // Cancelled: the runtime is shutting down. The task's recorder
                                 // was dropped with it and reported the hold.
-                                Err(_) => Ok(text_response(
-                                    StatusCode::SERVICE_UNAVAILABLE,
-                                    EnforceBody::text(
-                                        format!("{} is shutting down\n", shared.name),
-                                        None,
-                                    ),
-                                )),
+                                // The answer still carries this hop's trace (CONTRACT 1.3).
+                                Err(_) => {
+                                    let status = StatusCode::SERVICE_UNAVAILABLE;
+                                    let root = deadline::Span::new(
+                                        &shared.trace_name,
+                                        0,
+                                        ctx.ms_since_arrival(Instant::now()),
+                                    )
+                                    .with_outcome(status.as_str());
+                                    let mut response = text_response(
+                                        status,
+                                        EnforceBody::text(
+                                            format!("{} is shutting down\n", shared.name),
+                                            None,
+                                        ),
+                                    );
+                                    response.headers_mut().insert(
+                                        TRACE_HEADER,
+                                        deadline::Trace::from_span(root).to_header_value(),
+                                    );
+                                    Ok(response)
+                                }
                             },
                         });
                     }

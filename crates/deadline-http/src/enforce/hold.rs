@@ -387,8 +387,13 @@ impl Drop for Recorder {
         }
         if !self.delivered {
             // The response future (or, in baseline mode, the task's result) was dropped before
-            // the answer reached the caller's side: the caller went away.
-            self.end(Instant::now());
+            // the answer reached the caller's side: the caller went away. One that left while
+            // still queued has queued until now (regression: it was logged as 0 ms queued).
+            let now = Instant::now();
+            if self.data.hold.work_start.is_none() {
+                self.left_queue(now);
+            }
+            self.end(now);
             self.data.hold.outcome = HoldOutcome::HungUp;
         }
         self.data.hold.reply_written = false;

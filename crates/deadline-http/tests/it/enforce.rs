@@ -766,6 +766,29 @@ async fn a_body_dropped_unwritten_is_reported_so() {
     assert!(!hold.reply_written);
 }
 
+/// Regression (review): a caller that hung up while its request was still queued was logged
+/// with 0 ms queued, hiding exactly the time it spent waiting.
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_hangs_up_while_queued_is_logged_with_its_queue_time() {
+    let mock = Mock::new();
+    let holds = Holds::default();
+    let service = holds.layer("svc").slots(1).layer(mock.service());
+    let t0 = Instant::now();
+    let mut first = Box::pin(service.clone().oneshot(request("/forever", &[])));
+    assert!(poll_once(&mut first).await.is_pending());
+    let mut queued = Box::pin(service.clone().oneshot(request("/sleep/0", &[])));
+    assert!(poll_once(&mut queued).await.is_pending());
+    advance(300 * MS).await;
+    assert!(poll_once(&mut queued).await.is_pending());
+    drop(queued);
+    let hold = holds.one();
+    assert_eq!(hold.outcome, HoldOutcome::HungUp);
+    assert_eq!(hold.queued, 300 * MS);
+    assert_eq!(hold.work_start, None);
+    assert_eq!(Instant::now() - t0, 300 * MS);
+    drop(first);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_caller_that_hangs_up_stops_the_work_and_frees_the_slot() {
     let mock = Mock::new();
