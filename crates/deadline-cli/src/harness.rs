@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
+use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
@@ -138,9 +139,19 @@ impl Chain {
 
     /// Stops every service, edge first, each drained before the next, and returns every hold
     /// they logged.
-    pub(crate) async fn stop(mut self) -> anyhow::Result<Vec<HoldLine>> {
+    pub(crate) async fn stop(self) -> anyhow::Result<Vec<HoldLine>> {
+        Ok(self.stop_with_usage().await?.0)
+    }
+
+    /// As [`stop`](Chain::stop), and also what each service used (CPU time and peak memory),
+    /// read just before it is told to stop, edge first.
+    pub(crate) async fn stop_with_usage(
+        mut self,
+    ) -> anyhow::Result<(Vec<HoldLine>, Vec<ProcessUsage>)> {
         let mut holds = Vec::new();
+        let mut usage = Vec::new();
         for service in &mut self.running {
+            usage.push(ProcessUsage::of(service.name, service.child.id()));
             drop(service.stdin.take()); // the signal to drain and exit
             let status = tokio::time::timeout(STOP_TIMEOUT, service.child.wait())
                 .await
@@ -151,8 +162,70 @@ impl Chain {
             }
             holds.extend(read_log(&service.log)?);
         }
-        Ok(holds)
+        Ok((holds, usage))
     }
+}
+
+/// What one process had used when it was read: CPU time (user and system, every thread, the
+/// exited ones included) and peak resident memory. Linux only (`/proc`); elsewhere, or once the
+/// process is gone, the figures are `None`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ProcessUsage {
+    /// The service's name (or `generator` for this process).
+    pub name: String,
+    /// CPU time in user mode, in ms.
+    pub cpu_user_ms: Option<f64>,
+    /// CPU time in the kernel on its behalf, in ms.
+    pub cpu_sys_ms: Option<f64>,
+    /// `cpu_user_ms + cpu_sys_ms`.
+    pub cpu_ms: Option<f64>,
+    /// Peak resident set size (`VmHWM`), in KiB.
+    pub peak_rss_kib: Option<u64>,
+}
+
+impl ProcessUsage {
+    /// Reads process `pid` (`None`: this process).
+    pub(crate) fn of(name: &str, pid: Option<u32>) -> ProcessUsage {
+        let dir = pid.map_or_else(|| "/proc/self".to_owned(), |pid| format!("/proc/{pid}"));
+        let cpu = std::fs::read_to_string(format!("{dir}/stat"))
+            .ok()
+            .and_then(|stat| cpu_times(&stat));
+        let peak = std::fs::read_to_string(format!("{dir}/status"))
+            .ok()
+            .and_then(|status| peak_rss_kib(&status));
+        ProcessUsage {
+            name: name.to_owned(),
+            cpu_user_ms: cpu.map(|(user, _)| user),
+            cpu_sys_ms: cpu.map(|(_, sys)| sys),
+            cpu_ms: cpu.map(|(user, sys)| user + sys),
+            peak_rss_kib: peak,
+        }
+    }
+}
+
+/// Linux reports CPU times in `/proc` in clock ticks of `USER_HZ`, which is 100 on every
+/// mainstream architecture (it is part of the kernel's ABI; `sysconf` would need `unsafe`).
+const MS_PER_TICK: f64 = 10.0;
+
+/// `(user, system)` CPU time in ms from a `/proc/PID/stat` line: fields 14 and 15, counted
+/// after the command name, which is in parentheses and may itself hold spaces.
+fn cpu_times(stat: &str) -> Option<(f64, f64)> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let sys: u64 = fields.next()?.parse().ok()?;
+    Some((user as f64 * MS_PER_TICK, sys as f64 * MS_PER_TICK))
+}
+
+/// `VmHWM` (peak resident set size) in KiB from a `/proc/PID/status` text.
+fn peak_rss_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 async fn ready_line(stdout: tokio::process::ChildStdout) -> anyhow::Result<String> {
@@ -262,4 +335,31 @@ pub(crate) async fn one_user(
             body: None,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_figures_parse() {
+        let stat = "4242 (deadline (x) y) S 1 4242 4242 0 -1 4194560 1043 0 0 0 157 23 0 0 20 0 \
+                    9 0 12345 123456789 2345 18446744073709551615";
+        assert_eq!(cpu_times(stat), Some((1570.0, 230.0)));
+        assert_eq!(cpu_times("garbage"), None);
+        let status = "Name:\tdeadline\nVmPeak:\t  999 kB\nVmHWM:\t   24680 kB\nVmRSS:\t 2000 kB\n";
+        assert_eq!(peak_rss_kib(status), Some(24_680));
+        assert_eq!(peak_rss_kib("Name: x\n"), None);
+    }
+
+    #[test]
+    fn this_process_can_be_read_on_linux() {
+        let usage = ProcessUsage::of("generator", None);
+        if cfg!(target_os = "linux") {
+            assert!(
+                usage.cpu_ms.is_some() && usage.peak_rss_kib.is_some(),
+                "{usage:?}"
+            );
+        }
+    }
 }

@@ -19,7 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::harness::{Chain, Hop, one_user, user_client};
+use crate::harness::{Chain, Hop, ProcessUsage, one_user, user_client};
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::service::is_slow;
 use crate::svg;
@@ -100,6 +100,15 @@ pub(crate) struct LoadRun {
     calls: usize,
     achieved_rate: f64,
     worst_send_lateness_ms: f64,
+    /// The 99th percentile of how late the generator sent users, in ms.
+    send_lateness_p99_ms: f64,
+    /// What each service process used (CPU time, peak memory), edge first, read just before it
+    /// was told to stop. Linux only: elsewhere the figures are null.
+    services: Vec<ProcessUsage>,
+    /// CPU time the generator (this process) used during the run, in ms (Linux only).
+    generator_cpu_ms: Option<f64>,
+    /// This process's peak resident memory so far, in KiB (Linux only).
+    generator_peak_rss_kib: Option<u64>,
     /// Share answered in time among users sent in each second of the run.
     pub(crate) in_time_share_by_second: Vec<f64>,
 }
@@ -235,6 +244,7 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
         "without deadlines"
     });
 
+    let generator_before = ProcessUsage::of("generator", None);
     let start = Instant::now();
     let start_wall = epoch_ms_now();
     let mut users = tokio::task::JoinSet::new();
@@ -264,8 +274,16 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
     while let Some(joined) = users.join_next().await {
         outcomes.push(joined.context("a user task failed")??);
     }
-    let holds = chain.stop().await?;
-    Ok(figures(args, deadlines, outcomes, &holds, start_wall))
+    let (holds, services) = chain.stop_with_usage().await?;
+    let generator = ProcessUsage::of("generator", None);
+    let mut run = figures(args, deadlines, outcomes, &holds, start_wall);
+    run.services = services;
+    run.generator_cpu_ms = generator
+        .cpu_ms
+        .zip(generator_before.cpu_ms)
+        .map(|(after, before)| after - before);
+    run.generator_peak_rss_kib = generator.peak_rss_kib;
+    Ok(run)
 }
 
 fn figures(
@@ -366,11 +384,25 @@ fn figures(
         calls: holds.iter().filter(|h| h.service != "gateway").count(),
         achieved_rate,
         worst_send_lateness_ms: outcomes.iter().map(|o| o.lateness_ms).fold(0.0, f64::max),
+        send_lateness_p99_ms: percentile(outcomes.iter().map(|o| o.lateness_ms).collect(), 0.99),
+        services: Vec::new(),
+        generator_cpu_ms: None,
+        generator_peak_rss_kib: None,
         in_time_share_by_second: by_second
             .iter()
             .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
             .collect(),
     }
+}
+
+/// The `q` quantile (0 to 1) of `values`, nearest rank; 0 for none.
+fn percentile(mut values: Vec<f64>, q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    values[rank - 1]
 }
 
 fn check(runs: &[LoadRun]) -> Check {
@@ -570,4 +602,42 @@ fn print_table(args: &LoadArgs, runs: &[LoadRun]) {
             })
             .collect(),
     );
+    row(
+        "send lateness p99",
+        runs.iter()
+            .map(|r| format!("{:.1} ms", r.send_lateness_p99_ms))
+            .collect(),
+    );
+    let names: Vec<String> = runs
+        .first()
+        .map(|r| r.services.iter().map(|s| s.name.clone()).collect())
+        .unwrap_or_default();
+    for (i, name) in names.iter().enumerate() {
+        row(
+            &format!("{name} CPU, peak RSS"),
+            runs.iter()
+                .map(|r| r.services.get(i).map_or("-".to_owned(), usage_cell))
+                .collect(),
+        );
+    }
+    row(
+        "generator CPU",
+        runs.iter()
+            .map(|r| {
+                r.generator_cpu_ms
+                    .map_or("-".to_owned(), |ms| format!("{:.1} s", ms / 1_000.0))
+            })
+            .collect(),
+    );
+}
+
+/// `1.2 s, 25 MiB`: CPU time and peak memory, or `-` where unknown.
+fn usage_cell(usage: &ProcessUsage) -> String {
+    let cpu = usage
+        .cpu_ms
+        .map_or("-".to_owned(), |ms| format!("{:.1} s", ms / 1_000.0));
+    let rss = usage.peak_rss_kib.map_or("-".to_owned(), |kib| {
+        format!("{:.0} MiB", kib as f64 / 1_024.0)
+    });
+    format!("{cpu}, {rss}")
 }

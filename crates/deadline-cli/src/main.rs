@@ -2,6 +2,7 @@
 //! trace decoder. Argument parsing and glue only: everything a library user would want lives in
 //! the `deadline` and `deadline-http` crates.
 
+mod bench;
 mod demo;
 mod harness;
 mod holds;
@@ -32,6 +33,8 @@ enum Command {
     Load(load::LoadArgs),
     /// Decode a Deadline-Trace header into a readable tree (or JSON).
     Trace(trace_cmd::TraceArgs),
+    /// What the layers cost over loopback HTTP: bare and layered servers side by side.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     init_logging();
     let result = match cli.command {
         Command::Trace(args) => trace_cmd::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Service(args) => runtime().and_then(|rt| rt.block_on(service::run(args))),
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(demo::run(args))),
         Command::Load(args) => runtime().and_then(|rt| rt.block_on(load::run(args))),

@@ -47,6 +47,21 @@ fn short_load_reports_consistent_figures() {
         );
         assert!((run["wasted_share"].as_f64().unwrap() - after / worker).abs() < 1e-9);
         assert!(run["drain_ms"].as_f64().unwrap() >= 0.0);
+        let services: Vec<&str> = run["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(services, ["gateway", "orders", "inventory"], "{run}");
+        if cfg!(target_os = "linux") {
+            for service in run["services"].as_array().unwrap() {
+                assert!(service["cpu_ms"].as_f64().unwrap() >= 0.0, "{service}");
+                assert!(service["peak_rss_kib"].as_u64().unwrap() > 0, "{service}");
+            }
+            assert!(run["generator_cpu_ms"].as_f64().unwrap() >= 0.0, "{run}");
+        }
+        assert!(run["send_lateness_p99_ms"].as_f64().unwrap() >= 0.0);
     }
     let with = runs.iter().find(|r| r["deadlines"] == true).unwrap();
     // With deadlines, nothing but the slow requests can miss, and nothing runs for users who left.
