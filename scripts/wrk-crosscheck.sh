@@ -33,7 +33,12 @@ BIN=target/release/deadline
 
 WORK="$(mktemp -d)"
 PIDS=()
+FDS=()
 cleanup() {
+    # Closing a server's stdin is its signal to drain and exit; the kill is a second line.
+    for fd in "${FDS[@]}"; do
+        eval "exec $fd>&-"
+    done
     for pid in "${PIDS[@]}"; do
         kill "$pid" 2>/dev/null || true
     done
@@ -55,6 +60,7 @@ start() {
     "$@" <"$WORK/$name.in" >"$out" &
     PIDS+=("$!")
     exec {fd}>"$WORK/$name.in"
+    FDS+=("$fd")
     for _ in $(seq 1 100); do
         URL="$(sed -n 's/^listening on //p' "$out" 2>/dev/null | head -n 1)"
         if [ -n "$URL" ]; then

@@ -178,8 +178,11 @@ struct VariantFigures {
 struct Ratio {
     variant: Variant,
     baseline: Variant,
-    /// Requests per second of the variant over the baseline's.
+    /// Requests per second of the variant over the baseline's, every round pooled.
     throughput_ratio: f64,
+    /// The median over rounds of the same ratio within each round (the two ran back to back),
+    /// which a drift in the machine's load between rounds moves less.
+    throughput_ratio_median_of_rounds: f64,
     p50_added_us: i64,
     p99_added_us: i64,
     p999_added_us: i64,
@@ -304,12 +307,11 @@ fn serve_only(args: &BenchArgs, variant: Variant) -> anyhow::Result<ExitCode> {
         let addr = listener.local_addr()?;
         let task = tokio::spawn(serve_variant(variant, listener, stop_rx));
         println!("listening on http://{addr}");
-        let mut stdin = tokio::io::stdin();
-        let mut buf = [0u8; 64];
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
-            () = async { while let Ok(n) = stdin.read(&mut buf).await { if n == 0 { break; } } } => {}
+            () = crate::service::stdin_closed() => {}
         }
+
         let _ = stop_tx.send(true);
         task.await.context("the server task failed")??;
         Ok(ExitCode::SUCCESS)
@@ -729,6 +731,13 @@ fn ratios(figures: &[VariantFigures]) -> Vec<Ratio> {
                 baseline: base.variant,
                 throughput_ratio: f.requests_per_second
                     / base.requests_per_second.max(f64::MIN_POSITIVE),
+                throughput_ratio_median_of_rounds: median(
+                    f.rounds_requests_per_second
+                        .iter()
+                        .zip(&base.rounds_requests_per_second)
+                        .map(|(a, b)| a / b.max(f64::MIN_POSITIVE))
+                        .collect(),
+                ),
                 p50_added_us: added(f.p50_us, base.p50_us),
                 p99_added_us: added(f.p99_us, base.p99_us),
                 p999_added_us: added(f.p999_us, base.p999_us),
@@ -739,6 +748,20 @@ fn ratios(figures: &[VariantFigures]) -> Vec<Ratio> {
             })
         })
         .collect()
+}
+
+/// The median of `values` (0 for none).
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
 }
 
 fn table(report: &Report) -> String {
@@ -811,11 +834,12 @@ fn table(report: &Report) -> String {
     for r in &report.ratios {
         let _ = writeln!(
             out,
-            "{} / {}: throughput ratio {:.3}; added latency p50 {:+} µs, p99 {:+} µs, \
-             p99.9 {:+} µs; added server CPU {} µs/request",
+            "{} / {}: throughput ratio {:.3} (median of rounds {:.3}); added latency p50 {:+} µs, \
+             p99 {:+} µs, p99.9 {:+} µs; added server CPU {} µs/request",
             r.variant.name(),
             r.baseline.name(),
             r.throughput_ratio,
+            r.throughput_ratio_median_of_rounds,
             r.p50_added_us,
             r.p99_added_us,
             r.p999_added_us,
@@ -877,5 +901,12 @@ mod tests {
         assert_eq!(parse_head(full).unwrap(), Some((58, 504, 12)));
         assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err(), "no length");
         assert!(parse_head(b"garbage\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![]), 0.0);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

@@ -296,13 +296,33 @@ async fn shutdown_signal() {
 }
 
 /// Resolves when standard input reaches its end (or fails).
-async fn stdin_closed() {
-    let mut stdin = tokio::io::stdin();
-    let mut buf = [0u8; 64];
-    while let Ok(n) = tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await {
-        if n == 0 {
-            return;
+///
+/// The read runs on a plain OS thread of its own, not on tokio's blocking pool: a blocking read
+/// cannot be cancelled, and a runtime waits for its blocking-pool threads when it shuts down, so
+/// a service stopped by a signal while its stdin was still open would never exit. A detached
+/// thread ends with the process instead.
+pub(crate) async fn stdin_closed() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("stdin-watch".into())
+        .spawn(move || {
+            use std::io::Read as _;
+            let mut stdin = std::io::stdin();
+            let mut buf = [0u8; 64];
+            while let Ok(n) = stdin.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+            }
+            let _ = tx.send(());
+        });
+    match spawned {
+        // Resolves when the thread sends, or drops the sender.
+        Ok(_) => {
+            let _ = rx.await;
         }
+        // No thread: never resolve, and rely on the signals.
+        Err(_) => std::future::pending().await,
     }
 }
 
