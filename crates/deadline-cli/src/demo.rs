@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use clap::Args;
 use serde::Serialize;
 
-use crate::harness::{Chain, Hop, UserResult, one_user, user_client};
+use crate::harness::{Chain, Scenario, UserResult, one_user, user_client};
 use crate::holds::HoldLine;
 use crate::svg;
 
@@ -56,41 +56,18 @@ struct DemoReport<'a> {
     runs: &'a [DemoRun],
 }
 
-fn hops(deadlines: bool, inventory_work: u64) -> Vec<Hop> {
-    let baseline: &[&str] = if deadlines {
-        &[]
-    } else {
-        &["--no-enforce", "--no-propagate"]
-    };
-    let with = |args: &[&str]| -> Vec<String> {
-        args.iter()
-            .chain(baseline)
-            .map(|s| (*s).to_owned())
-            .collect()
-    };
-    vec![
-        Hop {
-            name: "gateway",
-            args: with(&["--timeout", "3500", "--attempts", "3"]),
-        },
-        Hop {
-            name: "orders",
-            args: with(&["--work", "20", "--timeout", "1000", "--attempts", "3"]),
-        },
-        Hop {
-            name: "inventory",
-            args: with(&["--work", &inventory_work.to_string()]),
-        },
-    ]
-}
-
 async fn play(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
     let label = if deadlines {
         "demo-with"
     } else {
         "demo-without"
     };
-    let chain = Chain::start(label, &hops(deadlines, args.inventory_work)).await?;
+    let chain = Chain::start(
+        label,
+        &Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()])
+            .hops(deadlines),
+    )
+    .await?;
     let client = user_client();
     let url = format!("{}/order/42", chain.edge_url());
     let wait = Duration::from_millis(args.user_wait);

@@ -34,6 +34,85 @@ pub(crate) struct Hop {
     pub args: Vec<String>,
 }
 
+/// The reference scenario's timeouts (CONTRACT 4.2): gateway -> orders 3.5 s x 3 attempts,
+/// orders works 20 ms, then orders -> inventory 1 s x 3 attempts.
+pub(crate) mod reference {
+    /// Gateway -> orders timeout per attempt, ms.
+    pub(crate) const GATEWAY_TIMEOUT: u64 = 3_500;
+    /// Gateway -> orders attempts.
+    pub(crate) const GATEWAY_ATTEMPTS: u32 = 3;
+    /// Orders' own work, ms.
+    pub(crate) const ORDERS_WORK: u64 = 20;
+    /// Orders -> inventory timeout per attempt, ms.
+    pub(crate) const ORDERS_TIMEOUT: u64 = 1_000;
+    /// Orders -> inventory attempts.
+    pub(crate) const ORDERS_ATTEMPTS: u32 = 3;
+}
+
+/// The three-hop chain the demo and the load command run: built in one place so the two cannot
+/// drift apart. Only `deadlines` differs between a run without and a run with.
+#[derive(Debug, Clone)]
+pub(crate) struct Scenario {
+    pub gateway_timeout: u64,
+    pub gateway_attempts: u32,
+    pub orders_work: u64,
+    pub orders_timeout: u64,
+    pub orders_attempts: u32,
+    /// Inventory's flags beyond its name: work, slots, slowness.
+    pub inventory: Vec<String>,
+}
+
+impl Scenario {
+    /// The reference timeouts with these inventory flags.
+    pub(crate) fn reference(inventory: Vec<String>) -> Scenario {
+        Scenario {
+            gateway_timeout: reference::GATEWAY_TIMEOUT,
+            gateway_attempts: reference::GATEWAY_ATTEMPTS,
+            orders_work: reference::ORDERS_WORK,
+            orders_timeout: reference::ORDERS_TIMEOUT,
+            orders_attempts: reference::ORDERS_ATTEMPTS,
+            inventory,
+        }
+    }
+
+    /// The hops, edge first. Without deadlines every service gets `--no-enforce --no-propagate`.
+    pub(crate) fn hops(&self, deadlines: bool) -> Vec<Hop> {
+        let baseline: &[&str] = if deadlines {
+            &[]
+        } else {
+            &["--no-enforce", "--no-propagate"]
+        };
+        let hop = |name: &'static str, args: Vec<String>| Hop {
+            name,
+            args: args
+                .into_iter()
+                .chain(baseline.iter().map(|s| (*s).to_owned()))
+                .collect(),
+        };
+        let flag = |name: &str, value: &dyn ToString| [name.to_owned(), value.to_string()];
+        vec![
+            hop(
+                "gateway",
+                [
+                    flag("--timeout", &self.gateway_timeout),
+                    flag("--attempts", &self.gateway_attempts),
+                ]
+                .concat(),
+            ),
+            hop(
+                "orders",
+                [
+                    flag("--work", &self.orders_work),
+                    flag("--timeout", &self.orders_timeout),
+                    flag("--attempts", &self.orders_attempts),
+                ]
+                .concat(),
+            ),
+            hop("inventory", self.inventory.clone()),
+        ]
+    }
+}
+
 /// A running service.
 #[derive(Debug)]
 struct Running {

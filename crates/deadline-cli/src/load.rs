@@ -19,7 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::harness::{Chain, Hop, ProcessUsage, one_user, user_client};
+use crate::harness::{Chain, ProcessUsage, Scenario, one_user, reference, user_client};
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::service::is_slow;
 use crate::svg;
@@ -62,19 +62,19 @@ pub(crate) struct LoadArgs {
     #[arg(long, default_value_t = 0.05)]
     slow_share: f64,
     /// Orders' own work per request, in ms.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = reference::ORDERS_WORK)]
     orders_work: u64,
     /// Gateway -> orders timeout per attempt, in ms.
-    #[arg(long, default_value_t = 3_500)]
+    #[arg(long, default_value_t = reference::GATEWAY_TIMEOUT)]
     gateway_timeout: u64,
     /// Gateway -> orders attempts.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = reference::GATEWAY_ATTEMPTS)]
     gateway_attempts: u32,
     /// Orders -> inventory timeout per attempt, in ms.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = reference::ORDERS_TIMEOUT)]
     orders_timeout: u64,
     /// Orders -> inventory attempts.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = reference::ORDERS_ATTEMPTS)]
     orders_attempts: u32,
     /// Seed of the slow-request choice.
     #[arg(long, default_value_t = 1)]
@@ -173,53 +173,23 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn hops(args: &LoadArgs, deadlines: bool) -> Vec<Hop> {
-    let mut baseline: Vec<String> = Vec::new();
-    if !deadlines {
-        baseline = vec!["--no-enforce".into(), "--no-propagate".into()];
+fn scenario(args: &LoadArgs) -> Scenario {
+    let flag = |name: &str, value: &dyn ToString| [name.to_owned(), value.to_string()];
+    Scenario {
+        gateway_timeout: args.gateway_timeout,
+        gateway_attempts: args.gateway_attempts,
+        orders_work: args.orders_work,
+        orders_timeout: args.orders_timeout,
+        orders_attempts: args.orders_attempts,
+        inventory: [
+            flag("--work", &args.fast_work),
+            flag("--slots", &args.slots),
+            flag("--slow-share", &args.slow_share),
+            flag("--slow-work", &args.slow_work),
+            flag("--seed", &args.seed),
+        ]
+        .concat(),
     }
-    let hop = |name: &'static str, args: Vec<String>| Hop {
-        name,
-        args: args.into_iter().chain(baseline.iter().cloned()).collect(),
-    };
-    let s = |v: &dyn ToString| v.to_string();
-    vec![
-        hop(
-            "gateway",
-            vec![
-                "--timeout".into(),
-                s(&args.gateway_timeout),
-                "--attempts".into(),
-                s(&args.gateway_attempts),
-            ],
-        ),
-        hop(
-            "orders",
-            vec![
-                "--work".into(),
-                s(&args.orders_work),
-                "--timeout".into(),
-                s(&args.orders_timeout),
-                "--attempts".into(),
-                s(&args.orders_attempts),
-            ],
-        ),
-        hop(
-            "inventory",
-            vec![
-                "--work".into(),
-                s(&args.fast_work),
-                "--slots".into(),
-                s(&args.slots),
-                "--slow-share".into(),
-                s(&args.slow_share),
-                "--slow-work".into(),
-                s(&args.slow_work),
-                "--seed".into(),
-                s(&args.seed),
-            ],
-        ),
-    ]
 }
 
 async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyhow::Result<LoadRun> {
@@ -228,7 +198,7 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
     } else {
         "load-without"
     };
-    let chain = Chain::start(label, &hops(args, deadlines)).await?;
+    let chain = Chain::start(label, &scenario(args).hops(deadlines)).await?;
     let client = user_client();
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
@@ -507,13 +477,14 @@ fn exit(checking: bool, passed: bool) -> ExitCode {
 impl LoadArgs {
     fn describe(&self) -> String {
         format!(
-            "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms); users wait {} ms",
+            "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}); users wait {} ms",
             self.rate,
             self.seconds,
             self.slots,
             self.fast_work,
             self.slow_share * 100.0,
             self.slow_work,
+            self.seed,
             self.user_wait
         )
     }
