@@ -70,12 +70,31 @@ struct Inner {
     state: Mutex<State>,
 }
 
+/// An entry of the activity stack. Outbound calls enter one per attempt, so their target is
+/// kept as the call's shared `Arc<str>` and made an [`Activity`] (a `String`) only when someone
+/// asks, which is rare (a 504's body, a cooperative check that fails).
+enum Entered {
+    Activity(Activity),
+    Calling(Arc<str>),
+}
+
+impl Entered {
+    fn to_activity(&self) -> Activity {
+        match self {
+            Entered::Activity(activity) => activity.clone(),
+            Entered::Calling(target) => Activity::Calling {
+                target: String::from(&**target),
+            },
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// What the hop is doing, most recent last, each entry owned by one guard. A stack rather
     /// than one slot, so overlapping calls (`join!`, spawned tasks) leaving in any order still
     /// leave the right activity behind.
-    activities: Vec<(u64, Activity)>,
+    activities: Vec<(u64, Entered)>,
     next_guard: u64,
     spans: Vec<Span>,
     dropped: u64,
@@ -188,12 +207,22 @@ impl DeadlineContext {
         self.lock()
             .activities
             .last()
-            .map_or(Activity::Working, |(_, a)| a.clone())
+            .map_or(Activity::Working, |(_, a)| a.to_activity())
     }
 
     /// Sets what the hop is doing until the returned guard is dropped. Guards may overlap and
     /// drop in any order: the activity is always that of the most recent guard still alive.
     pub fn enter(&self, activity: Activity) -> ActivityGuard {
+        self.push_activity(Entered::Activity(activity))
+    }
+
+    /// As [`enter`](Self::enter) with [`Activity::Calling`] `target`, without copying the
+    /// target's name (the propagate layer enters one per attempt).
+    pub(crate) fn enter_calling(&self, target: Arc<str>) -> ActivityGuard {
+        self.push_activity(Entered::Calling(target))
+    }
+
+    fn push_activity(&self, activity: Entered) -> ActivityGuard {
         let mut state = self.lock();
         let id = state.next_guard;
         state.next_guard = state.next_guard.wrapping_add(1);
@@ -301,6 +330,16 @@ mod tests {
                 ctx.activity(),
                 Activity::Calling {
                     target: "inventory".into()
+                }
+            );
+        }
+        assert_eq!(ctx.activity(), Activity::Working);
+        {
+            let _calling = ctx.enter_calling(Arc::from("orders"));
+            assert_eq!(
+                ctx.activity(),
+                Activity::Calling {
+                    target: "orders".into()
                 }
             );
         }

@@ -6,7 +6,6 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tower::ServiceExt;
 
 use super::PropagateDeadline;
 use crate::error::CallError;
@@ -94,6 +93,6 @@ impl DeadlineClient {
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<Incoming>, CallError> {
-        self.service.clone().oneshot(request).await
+        self.service.start(request).await
     }
 }

@@ -1,16 +1,14 @@
-use std::sync::Arc;
-
 use deadline::CallPolicy;
 use tower_layer::Layer;
 
-use super::PropagateDeadline;
+use super::{PropagateDeadline, Target};
 
 /// Wraps a client service in [`PropagateDeadline`]: every call carries what is left of the
 /// current deadline, is retried by the call planner, and is recorded in the hop's trace.
 #[derive(Clone, Debug)]
 pub struct PropagateDeadlineLayer {
     policy: CallPolicy,
-    target: Option<Arc<str>>,
+    target: Option<Target>,
 }
 
 impl PropagateDeadlineLayer {
@@ -25,7 +23,7 @@ impl PropagateDeadlineLayer {
     /// Names the downstream in the call's span (`call:<name>`) and in the hop's activity
     /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
     pub fn target(mut self, name: impl Into<String>) -> PropagateDeadlineLayer {
-        self.target = Some(Arc::from(name.into()));
+        self.target = Some(Target::new(&name.into()));
         self
     }
 }

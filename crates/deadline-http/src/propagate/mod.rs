@@ -161,9 +161,9 @@ mod layer;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use deadline::trace::{Span, TRACE_HEADER, Trace};
+use deadline::trace::{MAX_NAME_LEN, MAX_OUTCOME_LEN, Span, TRACE_HEADER, Trace, sanitize_name};
 use deadline::{BUDGET_HEADER, Budget, CallPolicy, Deadline, Decision, Plan, Stop};
-use http::{HeaderName, Method, Request, Response};
+use http::{HeaderName, HeaderValue, Method, Request, Response};
 use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
@@ -171,7 +171,7 @@ use tower_service::Service;
 pub use self::client::DeadlineClient;
 pub use self::future::ResponseFuture;
 pub use self::layer::PropagateDeadlineLayer;
-use crate::context::{Activity, DeadlineContext};
+use crate::context::DeadlineContext;
 use crate::error::{AttemptSkipped, BoxError, CallError, DeadlineExceeded};
 
 /// The `Idempotency-Key` request header: a request that carries one may be retried even when
@@ -190,7 +190,24 @@ const UNNAMED_TARGET: &str = "downstream";
 pub struct PropagateDeadline<S> {
     inner: S,
     policy: CallPolicy,
-    target: Option<Arc<str>>,
+    target: Option<Target>,
+}
+
+/// A configured downstream name and its call span's name, both made once per layer rather than
+/// once per call (cloning them is two reference counts).
+#[derive(Clone, Debug)]
+struct Target {
+    name: Arc<str>,
+    span: Arc<str>,
+}
+
+impl Target {
+    fn new(name: &str) -> Target {
+        Target {
+            name: Arc::from(name),
+            span: Arc::from(call_span_name(name)),
+        }
+    }
 }
 
 impl<S> PropagateDeadline<S> {
@@ -211,7 +228,7 @@ impl<S> PropagateDeadline<S> {
     /// Names the downstream in the call's span (`call:<name>`) and in the hop's activity
     /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
     pub fn target(mut self, name: impl Into<String>) -> PropagateDeadline<S> {
-        self.target = Some(Arc::from(name.into()));
+        self.target = Some(Target::new(&name.into()));
         self
     }
 
@@ -253,6 +270,22 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> ResponseFuture<RB> {
+        self.start(request)
+    }
+}
+
+impl<S> PropagateDeadline<S> {
+    /// The call of `request`: what [`Service::call`] returns, from a shared reference, so
+    /// [`DeadlineClient`] need not clone the whole service (its pooled client) before cloning
+    /// the inner client for the call.
+    fn start<B, RB>(&self, request: Request<B>) -> ResponseFuture<RB>
+    where
+        S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        B: Clone + Send + 'static,
+        RB: Send + 'static,
+    {
         let explicit = request.extensions().get::<Deadline>().copied();
         let context = DeadlineContext::current();
         // Both apply when both exist: an explicit deadline can tighten the request's, never
@@ -285,7 +318,7 @@ struct Call<S, B> {
     explicit: Option<Deadline>,
     deadline: Option<Deadline>,
     /// The configured target; the URI's authority is only looked up when a name is needed.
-    target: Option<Arc<str>>,
+    target: Option<Target>,
     context: Option<DeadlineContext>,
 }
 
@@ -319,10 +352,28 @@ where
             context,
         } = self;
         let start = Instant::now();
+        // The downstream's name, as shared by the call's span and its attempts' activity. Made
+        // from the URI only when a context needs it (or, below, before the request is moved
+        // into its last attempt): without either, only an error message would ever read it.
+        let (mut target, span_name) = match (target, &context) {
+            (Some(target), _) => (Some(target.name), Some(target.span)),
+            (None, Some(_)) => {
+                let name = authority_name(&request);
+                (Some(Arc::from(name)), None)
+            }
+            (None, None) => (None, None),
+        };
         // Recorded when dropped, whether the call finished or was itself dropped.
-        let mut record = context.map(|context| {
-            CallRecord::new(context, target_name(target.as_deref(), &request), start)
-        });
+        let mut record = match (context, &target) {
+            (Some(context), Some(target)) => {
+                let name = match &span_name {
+                    Some(span) => String::from(&**span),
+                    None => call_span_name(target),
+                };
+                Some(CallRecord::new(context, target.clone(), name, start))
+            }
+            _ => None,
+        };
         // A request that must not be sent twice gets one attempt, and the call says so as
         // the planner would.
         let allowed = if may_retry(&request) {
@@ -330,11 +381,14 @@ where
         } else {
             1
         };
+        // Kept for the attempts after the first, and moved into the last one allowed.
+        let mut original = Some(request);
         let mut plan = Plan::new(policy);
         let mut last: Option<Failure<RB>> = None;
         loop {
             let now = Instant::now();
-            let decision = if plan.sent() >= allowed {
+            // `original` is only gone once the last allowed attempt was sent.
+            let decision = if plan.sent() >= allowed || original.is_none() {
                 Decision::Stop(Stop::AttemptsExhausted { attempts: allowed })
             } else {
                 plan.next(deadline, now.into_std())
@@ -345,7 +399,11 @@ where
                     if let (Some(record), Stop::NotEnoughTime { .. }) = (&mut record, stop) {
                         record.skipped(now);
                     }
-                    let target = || target_name(target.as_deref(), &request);
+                    let target = || match (&target, &original) {
+                        (Some(target), _) => String::from(&**target),
+                        (None, Some(request)) => authority_name(request).to_owned(),
+                        (None, None) => UNNAMED_TARGET.to_owned(),
+                    };
                     let result = stopped(last, plan.sent(), stop, &policy, target);
                     if let Some(record) = &mut record {
                         record.finish(&result);
@@ -356,7 +414,23 @@ where
             // A 5xx kept from the previous attempt is only returned if none follows it: let it
             // go (and its connection with it) before the next attempt.
             drop(last.take());
-            let attempt_request = rebuild(&request, attempt.budget, explicit);
+            // No attempt can follow the last one allowed, so it takes the original instead of
+            // a copy (a request sent once, such as a `POST`, is never copied).
+            let attempt_request = match original.take() {
+                Some(request) if plan.sent() >= allowed => {
+                    if target.is_none() {
+                        target = Some(Arc::from(authority_name(&request)));
+                    }
+                    into_attempt(request, attempt.budget, explicit)
+                }
+                Some(request) => {
+                    let copy = rebuild(&request, attempt.budget, explicit);
+                    original = Some(request);
+                    copy
+                }
+                // Ruled out by the check before planning; stop as if the attempts were used.
+                None => continue,
+            };
             let _calling = record.as_mut().map(|record| record.begin(now));
             let outcome = tokio::time::timeout_at(now + attempt.wait, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
@@ -420,29 +494,130 @@ fn rebuild<B: Clone>(
     *request.method_mut() = original.method().clone();
     *request.uri_mut() = original.uri().clone();
     *request.version_mut() = original.version();
-    let headers = request.headers_mut();
-    *headers = original.headers().clone();
-    match budget {
-        // `insert` replaces every value the request arrived with; never a second line.
-        Some(budget) => {
-            headers.insert(BUDGET_HEADER, budget.to_header_value());
-        }
-        None => {
-            headers.remove(BUDGET_HEADER);
-        }
-    }
+    *request.headers_mut() = original.headers().clone();
+    set_budget(&mut request, budget);
     if let Some(deadline) = explicit {
         request.extensions_mut().insert(deadline);
     }
     request
 }
 
-/// The downstream's name: the configured target, else the request URI's authority.
-fn target_name<B>(configured: Option<&str>, request: &Request<B>) -> String {
-    configured
-        .or_else(|| request.uri().authority().map(|a| a.as_str()))
-        .unwrap_or(UNNAMED_TARGET)
-        .to_owned()
+/// The original request made the attempt's, as [`rebuild`] would copy it: the same parts, its
+/// `Deadline-Budget-Ms` set to `budget` or removed, its extensions cleared except an explicit
+/// deadline.
+fn into_attempt<B>(
+    mut request: Request<B>,
+    budget: Option<Budget>,
+    explicit: Option<Deadline>,
+) -> Request<B> {
+    set_budget(&mut request, budget);
+    let extensions = request.extensions_mut();
+    extensions.clear();
+    if let Some(deadline) = explicit {
+        extensions.insert(deadline);
+    }
+    request
+}
+
+/// Sets the attempt's `Deadline-Budget-Ms` to `budget`, or removes it without one.
+fn set_budget<B>(request: &mut Request<B>, budget: Option<Budget>) {
+    let headers = request.headers_mut();
+    match budget {
+        // `insert` replaces every value the request arrived with; never a second line.
+        Some(budget) => {
+            headers.insert(BUDGET_HEADER, budget_value(budget));
+        }
+        None => {
+            headers.remove(BUDGET_HEADER);
+        }
+    }
+}
+
+/// `budget` as a `Deadline-Budget-Ms` value, the same as [`Budget::to_header_value`] in one
+/// allocation instead of two (that one formats into a growable buffer, which `Bytes` then has
+/// to wrap in a second allocation).
+fn budget_value(budget: Budget) -> HeaderValue {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = budget.as_millis();
+    loop {
+        at -= 1;
+        // `n % 10` is below 10, so the cast keeps it whole.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Digits only, always a valid value; the fallback is never taken.
+    HeaderValue::from_bytes(&digits[at..]).unwrap_or_else(|_| budget.to_header_value())
+}
+
+/// The downstream's name when none was configured: the request URI's authority.
+fn authority_name<B>(request: &Request<B>) -> &str {
+    request
+        .uri()
+        .authority()
+        .map_or(UNNAMED_TARGET, |a| a.as_str())
+}
+
+/// The call span's name for `target`: `call:<target>` as [`Span::new`] would sanitise it.
+fn call_span_name(target: &str) -> String {
+    let mut name = String::with_capacity("call:".len() + target.len());
+    name.push_str("call:");
+    name.push_str(target);
+    into_token(name, MAX_NAME_LEN)
+}
+
+/// `text` as [`sanitize_name`] makes it, without copying it when it is already a token (the
+/// names and outcomes the layer records nearly always are).
+fn into_token(text: String, max_len: usize) -> String {
+    if is_token(&text, max_len) {
+        text
+    } else {
+        sanitize_name(&text, max_len)
+    }
+}
+
+/// `text` as [`sanitize_name`] makes it, copied once.
+fn token(text: &str, max_len: usize) -> String {
+    if is_token(text, max_len) {
+        text.to_owned()
+    } else {
+        sanitize_name(text, max_len)
+    }
+}
+
+/// Whether `sanitize_name(text, max_len)` would give `text` back: 1 to `max_len` bytes, all
+/// `tchar` (letters, digits, `_`, `-`, `:`).
+fn is_token(text: &str, max_len: usize) -> bool {
+    (1..=max_len).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':'))
+}
+
+/// A span as [`Span::new`] and [`Span::with_outcome`] make it, with names that are usually
+/// tokens copied once rather than rebuilt character by character.
+fn span(name: String, start_ms: u64, end_ms: u64, outcome: Option<String>) -> Span {
+    Span {
+        name: into_token(name, MAX_NAME_LEN),
+        start_ms,
+        end_ms: end_ms.max(start_ms),
+        outcome: outcome.map(|outcome| into_token(outcome, MAX_OUTCOME_LEN)),
+        children: Vec::new(),
+    }
+}
+
+/// Adds `offset_ms` to every span of a decoded trace, as [`Span::shift`] does, without its
+/// heap stack: a decoded trace is at most [`MAX_DEPTH`](deadline::trace::MAX_DEPTH) levels
+/// deep, so the recursion is bounded.
+fn shift_all(spans: &mut [Span], offset_ms: u64) {
+    for span in spans {
+        span.start_ms = span.start_ms.saturating_add(offset_ms);
+        span.end_ms = span.end_ms.saturating_add(offset_ms);
+        shift_all(&mut span.children, offset_ms);
+    }
 }
 
 /// The call's result once the planner sends no more attempts (`target` names the downstream,
@@ -475,7 +650,9 @@ fn stopped<RB>(
 /// The call's span under construction, recorded into the context when dropped.
 struct CallRecord {
     context: DeadlineContext,
-    target: String,
+    /// The downstream, shared with each attempt's activity.
+    target: Arc<str>,
+    /// The call span's name, already a token.
     name: String,
     start_ms: u64,
     attempts: Vec<Span>,
@@ -486,14 +663,15 @@ struct CallRecord {
 }
 
 impl CallRecord {
-    fn new(context: DeadlineContext, target: String, start: Instant) -> CallRecord {
+    fn new(context: DeadlineContext, target: Arc<str>, name: String, start: Instant) -> CallRecord {
         let start_ms = context.ms_since_arrival(start);
         CallRecord {
             context,
-            name: format!("call:{target}"),
             target,
+            name,
             start_ms,
-            attempts: Vec::new(),
+            // One span per attempt, and one more if the planner refuses one: never regrown.
+            attempts: Vec::with_capacity(2),
             in_flight: None,
             outcome: None,
         }
@@ -502,9 +680,7 @@ impl CallRecord {
     /// An attempt starts at `now`; the hop is calling the target until the guard is dropped.
     fn begin(&mut self, now: Instant) -> crate::context::ActivityGuard {
         self.in_flight = Some(self.context.ms_since_arrival(now));
-        self.context.enter(Activity::Calling {
-            target: self.target.clone(),
-        })
+        self.context.enter_calling(Arc::clone(&self.target))
     }
 
     /// The attempt in flight ended at `end` without a response.
@@ -521,7 +697,7 @@ impl CallRecord {
         };
         if let Some(value) = response.headers().get(TRACE_HEADER) {
             let mut callee = Trace::from_header_value(value);
-            callee.shift(span.start_ms);
+            shift_all(&mut callee.spans, span.start_ms);
             span.children = callee.spans;
             if callee.dropped > 0 {
                 self.context.record_dropped(callee.dropped);
@@ -533,21 +709,30 @@ impl CallRecord {
     /// The planner refused an attempt at `now`: a zero-length `skipped` span.
     fn skipped(&mut self, now: Instant) {
         let at = self.context.ms_since_arrival(now);
-        self.attempts
-            .push(Span::new("attempt", at, at).with_outcome("skipped"));
+        self.attempts.push(span(
+            String::from("attempt"),
+            at,
+            at,
+            Some(String::from("skipped")),
+        ));
     }
 
     fn finish<RB>(&mut self, result: &Result<Response<RB>, CallError>) {
         self.outcome = Some(match result {
-            Ok(response) => response.status().as_str().to_owned(),
-            Err(error) => error.outcome().to_owned(),
+            Ok(response) => token(response.status().as_str(), MAX_OUTCOME_LEN),
+            Err(error) => token(error.outcome(), MAX_OUTCOME_LEN),
         });
     }
 
     fn close(&mut self, end: Instant, outcome: &str) -> Option<Span> {
         let start = self.in_flight.take()?;
         let end = self.context.ms_since_arrival(end);
-        Some(Span::new("attempt", start, end).with_outcome(outcome))
+        Some(span(
+            String::from("attempt"),
+            start,
+            end,
+            Some(token(outcome, MAX_OUTCOME_LEN)),
+        ))
     }
 }
 
@@ -558,8 +743,16 @@ impl Drop for CallRecord {
             self.attempts.push(span);
         }
         let end = self.context.ms_since_arrival(now);
-        let outcome = self.outcome.as_deref().unwrap_or("cancelled");
-        let mut span = Span::new(&self.name, self.start_ms, end).with_outcome(outcome);
+        let outcome = self
+            .outcome
+            .take()
+            .unwrap_or_else(|| String::from("cancelled"));
+        let mut span = span(
+            std::mem::take(&mut self.name),
+            self.start_ms,
+            end,
+            Some(outcome),
+        );
         span.children = std::mem::take(&mut self.attempts);
         self.context.record(span);
     }
@@ -620,5 +813,86 @@ mod tests {
 
         let copy = rebuild(&original, None, None);
         assert!(!copy.headers().contains_key(BUDGET_HEADER));
+    }
+
+    /// The last attempt moves the original instead of copying it: it must leave as the copy
+    /// would have.
+    #[test]
+    fn the_moved_original_is_the_copy_it_replaces() {
+        let explicit =
+            Deadline::after_duration(Instant::now().into_std(), std::time::Duration::from_secs(1));
+        for budget in [Budget::from_millis(950), None] {
+            let mut original = Request::builder()
+                .method(Method::POST)
+                .uri("http://inventory:8080/items")
+                .header("x-request-id", "r1")
+                .header(BUDGET_HEADER, "99999")
+                .header(BUDGET_HEADER, "88888")
+                .body("body".to_owned())
+                .unwrap();
+            original.extensions_mut().insert(7u8);
+            let copy = rebuild(&original, budget, Some(explicit));
+            let moved = into_attempt(original, budget, Some(explicit));
+            assert_eq!(moved.method(), copy.method());
+            assert_eq!(moved.uri(), copy.uri());
+            assert_eq!(moved.version(), copy.version());
+            assert_eq!(moved.headers(), copy.headers());
+            assert_eq!(moved.body(), copy.body());
+            assert_eq!(moved.extensions().get::<u8>(), None);
+            assert_eq!(moved.extensions().get::<Deadline>(), Some(&explicit));
+        }
+    }
+
+    /// Names and outcomes are made once per layer or copied as they are; they must come out
+    /// as `Span::new` and `with_outcome` would make them.
+    #[test]
+    fn names_match_what_span_new_makes() {
+        for target in [
+            "inventory",
+            "127.0.0.1:8081",
+            "crème brûlée",
+            "",
+            "a-target-name-longer-than-the-cap",
+        ] {
+            let expected = Span::new(&format!("call:{target}"), 0, 0).name;
+            assert_eq!(call_span_name(target), expected, "{target:?}");
+            assert_eq!(Target::new(target).span.as_ref(), expected, "{target:?}");
+        }
+        for outcome in [
+            "200",
+            "deadline",
+            "",
+            "cancelled",
+            "an outcome far too long",
+            "é",
+        ] {
+            let expected = Span::new("attempt", 0, 0).with_outcome(outcome).outcome;
+            assert_eq!(
+                Some(token(outcome, MAX_OUTCOME_LEN)),
+                expected,
+                "{outcome:?}"
+            );
+        }
+        let built = span("attempt".into(), 9, 3, Some("x y".into()));
+        assert_eq!(built, Span::new("attempt", 9, 3).with_outcome("x y"));
+    }
+
+    #[test]
+    fn budget_values_are_the_codec_s() {
+        for ms in [1, 9, 10, 950, 1950, 3_600_000, u64::MAX] {
+            let budget = Budget::from_millis(ms).unwrap();
+            assert_eq!(budget_value(budget), budget.to_header_value(), "{ms}");
+        }
+    }
+
+    #[test]
+    fn shift_all_moves_every_level() {
+        let mut trace = Trace::decode(b"a@0-5=ok,.b@1-4,..c@2-3,d@0-0");
+        let mut expected = trace.clone();
+        expected.shift(10);
+        shift_all(&mut trace.spans, 10);
+        assert_eq!(trace, expected);
+        shift_all(&mut trace.spans, u64::MAX);
+        assert!(trace.spans.iter().all(|s| s.end_ms == u64::MAX));
     }
 }
