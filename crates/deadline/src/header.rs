@@ -252,9 +252,25 @@ pub fn format_budget(remaining: Duration) -> Option<HeaderValue> {
 }
 
 impl Budget {
-    /// This budget as a `Deadline-Budget-Ms` value.
+    /// This budget as a `Deadline-Budget-Ms` value. Written on the stack and copied once: it
+    /// runs before every outbound attempt, and `HeaderValue::from(u64)` formats into a growable
+    /// buffer that then costs a second allocation.
     pub fn to_header_value(self) -> HeaderValue {
-        HeaderValue::from(self.as_millis())
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = self.as_millis();
+        loop {
+            at -= 1;
+            // `n % 10` is below 10, so the cast keeps it whole.
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        // ASCII digits only: always a valid value, so the fallback is never taken.
+        HeaderValue::from_bytes(&digits[at..])
+            .unwrap_or_else(|_| HeaderValue::from(self.as_millis()))
     }
 }
 
@@ -513,6 +529,14 @@ mod tests {
         assert_eq!(format_budget(Duration::from_micros(1_000)).unwrap(), "1");
         assert_eq!(format_budget(Duration::from_micros(999)), None);
         assert_eq!(format_budget(Duration::ZERO), None);
+    }
+
+    #[test]
+    fn header_values_are_the_decimal_digits() {
+        for n in [1u64, 9, 10, 950, 1950, 3_600_000, u64::MAX] {
+            let budget = Budget::from_millis(n).unwrap();
+            assert_eq!(budget.to_header_value(), HeaderValue::from(n), "{n}");
+        }
     }
 
     #[test]
