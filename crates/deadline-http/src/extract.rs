@@ -52,6 +52,15 @@ impl RequestDeadline {
     pub fn remaining(&self) -> Duration {
         self.0.remaining(Instant::now().into_std())
     }
+
+    /// The deadline the enforce layer put in the request extensions, if any: the one lookup
+    /// behind both the required and the optional extractor.
+    fn from_parts(parts: &Parts) -> Option<RequestDeadline> {
+        parts
+            .extensions
+            .get::<Deadline>()
+            .map(|d| RequestDeadline(*d))
+    }
 }
 
 impl<S> FromRequestParts<S> for RequestDeadline
@@ -61,11 +70,7 @@ where
     type Rejection = MissingDeadline;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<Deadline>()
-            .map(|d| RequestDeadline(*d))
-            .ok_or(MissingDeadline)
+        RequestDeadline::from_parts(parts).ok_or(MissingDeadline)
     }
 }
 
@@ -79,10 +84,7 @@ where
         parts: &mut Parts,
         _state: &S,
     ) -> Result<Option<Self>, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<Deadline>()
-            .map(|d| RequestDeadline(*d)))
+        Ok(RequestDeadline::from_parts(parts))
     }
 }
 

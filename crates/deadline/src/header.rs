@@ -252,24 +252,14 @@ pub fn format_budget(remaining: Duration) -> Option<HeaderValue> {
 }
 
 impl Budget {
-    /// This budget as a `Deadline-Budget-Ms` value. Written on the stack and copied once: it
-    /// runs before every outbound attempt, and `HeaderValue::from(u64)` formats into a growable
-    /// buffer that then costs a second allocation.
+    /// This budget as a `Deadline-Budget-Ms` value. Written on the stack ([`Decimal`]) and
+    /// copied once: it runs before every outbound attempt, and `HeaderValue::from(u64)` formats
+    /// into a growable buffer that then costs a second allocation.
+    ///
+    /// [`Decimal`]: crate::decimal::Decimal
     pub fn to_header_value(self) -> HeaderValue {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut n = self.as_millis();
-        loop {
-            at -= 1;
-            // `n % 10` is below 10, so the cast keeps it whole.
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
         // ASCII digits only: always a valid value, so the fallback is never taken.
-        HeaderValue::from_bytes(&digits[at..])
+        HeaderValue::from_bytes(crate::decimal::Decimal::new(self.as_millis()).as_bytes())
             .unwrap_or_else(|_| HeaderValue::from(self.as_millis()))
     }
 }

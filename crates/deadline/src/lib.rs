@@ -46,6 +46,7 @@
 //! ```
 
 pub mod budget;
+pub mod decimal;
 pub mod header;
 pub mod plan;
 pub mod trace;

@@ -673,18 +673,8 @@ fn write_span(out: &mut Vec<u8>, span: &Span, depth: usize) {
 }
 
 /// Decimal digits of `n`, without going through `fmt` (encoding is on every response).
-fn write_number(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
+fn write_number(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(crate::decimal::Decimal::new(n).as_bytes());
 }
 
 /// Splits `bytes` after its longest prefix of bytes that satisfy `pred`.

@@ -574,19 +574,8 @@ fn encode_plain(out: &mut impl fmt::Write, root: &Root<'_>, shape: Shape<'_>) ->
 }
 
 /// Writes `n` in decimal.
-fn write_u64(out: &mut impl fmt::Write, mut n: u64) -> fmt::Result {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    out.write_str(std::str::from_utf8(&digits[at..]).map_err(|_| fmt::Error)?)
+fn write_u64(out: &mut impl fmt::Write, n: u64) -> fmt::Result {
+    out.write_str(deadline::decimal::Decimal::new(n).as_str())
 }
 
 #[cfg(test)]
