@@ -10,7 +10,8 @@
 //! finish, and sends back a trace of where the time went. This crate holds every decision of
 //! that as a pure function, with no I/O and no clock reads (`now` is always an argument):
 //! budgets and deadlines ([`budget`]), the `Deadline-Budget-Ms` codec ([`header`]), the call
-//! planner ([`plan`]) and the `Deadline-Trace` codec ([`trace`]). The tower layers that use it
+//! planner ([`plan`]), the `Deadline-Trace` codec ([`trace`]) and the
+//! admission rule that refuses at arrival what a queue could not finish ([`admission`]). The tower layers that use it
 //! live in the `deadline-http` crate.
 //!
 //! ```
@@ -45,6 +46,7 @@
 //! assert!(matches!(plan.next(Some(deadline), now), Decision::Stop(_)));
 //! ```
 
+pub mod admission;
 pub mod budget;
 pub mod decimal;
 pub mod header;
