@@ -10,9 +10,9 @@
 //! With a deadline and propagation on, before attempt *n*:
 //!
 //! ```text
-//! remaining = deadline - now                 (zero once passed)
-//! wait      = min(timeout, remaining)        the caller never waits past its own deadline
-//! budget    = floor_ms(wait - margin)        the callee's answer has `margin` to travel back
+//! remaining = deadline - now                  (zero once passed)
+//! wait      = min(timeout, share × remaining)  never past the caller's own deadline
+//! budget    = floor_ms(wait - margin)         the callee's answer has `margin` to travel back
 //! send only if n <= attempts and budget >= min_useful
 //! ```
 //!
@@ -20,6 +20,8 @@
 //! so it would only add load to a service that is probably already struggling. The budget is
 //! truncated, never rounded up, and because `min_useful` is at least 1 ms a callee is never told
 //! `0` (which reads as expired) and never gets no header (which reads as "no deadline").
+//! The share is 1 unless a policy sets one: see [`share`] for why a call may take less than all
+//! that is left.
 //!
 //! Without a deadline, or with propagation off (the baseline), every configured attempt is sent
 //! with its full timeout and no budget header: exactly what a client without this library does.
@@ -32,8 +34,10 @@ use std::time::{Duration, Instant};
 use crate::budget::{Budget, Deadline};
 
 pub mod backoff;
+pub mod share;
 
 pub use backoff::{Backoff, BackoffError, Delayed, PacedDecision, decide_paced};
+pub use share::{Share, ShareError};
 
 /// The default transit margin a caller keeps back from the budget it forwards.
 pub const DEFAULT_MARGIN: Duration = Duration::from_millis(50);
@@ -52,6 +56,7 @@ pub struct CallPolicy {
     attempts: u32,
     margin: Duration,
     min_useful: Duration,
+    share: Share,
     propagate: bool,
 }
 
@@ -123,6 +128,7 @@ impl CallPolicy {
             attempts: 1,
             margin: DEFAULT_MARGIN,
             min_useful: DEFAULT_MIN_USEFUL,
+            share: Share::WHOLE,
             propagate: true,
         })
     }
@@ -145,6 +151,11 @@ impl CallPolicy {
     /// The smallest budget worth sending.
     pub fn min_useful(&self) -> Duration {
         self.min_useful
+    }
+
+    /// The most of the remaining budget one attempt may take (see [`share`]).
+    pub fn share(&self) -> Share {
+        self.share
     }
 
     /// Whether the deadline propagates (off: the baseline without the library).
@@ -185,6 +196,14 @@ impl CallPolicyBuilder {
     /// The smallest budget worth sending a callee (default 50 ms, at least 1 ms).
     pub fn min_useful(mut self, min_useful: Duration) -> Self {
         self.0.min_useful = min_useful;
+        self
+    }
+
+    /// The most of the caller's remaining budget one attempt may take (default the whole):
+    /// the callee's deadline is at most `now + share × remaining`, so calls made one after
+    /// another leave time for the ones after them.
+    pub fn share(mut self, share: Share) -> Self {
+        self.0.share = share;
         self
     }
 
@@ -247,7 +266,8 @@ pub enum Stop {
         attempt: u32,
         /// Time left before the caller's deadline.
         remaining: Duration,
-        /// Time an attempt needs: margin plus the minimum useful budget.
+        /// Time an attempt needs: margin plus the minimum useful budget, divided by the
+        /// policy's share.
         needed: Duration,
     },
     /// The retry could not finish after its backoff delay, so the caller neither slept nor
@@ -329,7 +349,7 @@ pub fn decide(
         }
     };
     let remaining = deadline.remaining(now);
-    let wait = policy.timeout.min(remaining);
+    let wait = policy.timeout.min(policy.share.of(remaining));
     match Budget::from_duration(wait.saturating_sub(policy.margin)) {
         Some(budget) if budget.as_duration() >= policy.min_useful => Decision::Send(Attempt {
             number,
@@ -339,7 +359,9 @@ pub fn decide(
         _ => Decision::Stop(Stop::NotEnoughTime {
             attempt: number,
             remaining,
-            needed: policy.margin.saturating_add(policy.min_useful),
+            needed: policy
+                .share
+                .needed_for(policy.margin.saturating_add(policy.min_useful)),
         }),
     }
 }

@@ -118,6 +118,35 @@ fn boundaries_of_min_useful_plus_margin() {
     );
 }
 
+/// Two calls in a row, each allowed half of what is left: the first leaves the second time.
+#[test]
+fn a_share_caps_each_call_at_part_of_what_is_left() {
+    let t0 = origin();
+    let half = Share::new(0.5).unwrap();
+    let policy = CallPolicy::builder()
+        .timeout(ms(3_500))
+        .share(half)
+        .build()
+        .unwrap();
+    assert_eq!(policy.share(), half);
+    let d = Deadline::after_duration(t0, ms(1_000));
+    assert_eq!(decide(&policy, 0, Some(d), t0), send(1, 500, 450));
+    // The second call starts when the first used its whole half.
+    assert_eq!(decide(&policy, 0, Some(d), t0 + ms(500)), send(1, 250, 200));
+    // With 150 ms left half is 75, under margin + minimum: 200 ms would be needed.
+    assert_eq!(
+        decide(&policy, 0, Some(d), t0 + ms(850)),
+        Decision::Stop(Stop::NotEnoughTime {
+            attempt: 1,
+            remaining: ms(150),
+            needed: ms(200)
+        })
+    );
+    // The timeout still caps a share of a long budget.
+    let far = Deadline::after_duration(t0, ms(60_000));
+    assert_eq!(decide(&policy, 0, Some(far), t0), send(1, 3_500, 3_450));
+}
+
 #[test]
 fn timeout_caps_the_wait_when_the_deadline_is_far() {
     let t0 = origin();
@@ -188,20 +217,26 @@ pub(super) fn policies() -> impl Strategy<Value = CallPolicy> {
         0u64..=10_000_000,
         1u32..=8,
         any::<bool>(),
+        proptest::option::of(10_000u32..=1_000_000),
     )
-        .prop_map(|(margin_us, min_us, extra_us, attempts, propagate)| {
-            let margin = Duration::from_micros(margin_us);
-            let min_useful = Duration::from_micros(min_us.max(1_000));
-            let timeout = margin + min_useful + Duration::from_micros(extra_us);
-            CallPolicy::builder()
-                .timeout(timeout)
-                .attempts(attempts)
-                .margin(margin)
-                .min_useful(min_useful)
-                .propagate(propagate)
-                .build()
-                .expect("generated policies are valid")
-        })
+        .prop_map(
+            |(margin_us, min_us, extra_us, attempts, propagate, share_ppm)| {
+                let margin = Duration::from_micros(margin_us);
+                let min_useful = Duration::from_micros(min_us.max(1_000));
+                let timeout = margin + min_useful + Duration::from_micros(extra_us);
+                CallPolicy::builder()
+                    .timeout(timeout)
+                    .attempts(attempts)
+                    .margin(margin)
+                    .min_useful(min_useful)
+                    .propagate(propagate)
+                    .share(share_ppm.map_or(Share::WHOLE, |ppm| {
+                        Share::new(f64::from(ppm) / 1e6).expect("in range")
+                    }))
+                    .build()
+                    .expect("generated policies are valid")
+            },
+        )
 }
 
 proptest! {
@@ -235,6 +270,7 @@ proptest! {
                             prop_assert!(budget.as_millis() > 0, "1: never spent on arrival");
                             prop_assert!(budget.as_duration() + policy.margin() <= remaining, "2: at most remaining less margin");
                             prop_assert!(now + attempt.wait <= deadline.instant(), "3: never wait past the deadline");
+                            prop_assert!(attempt.wait <= policy.share().of(remaining), "the share caps the wait");
                             prop_assert!(budget.as_duration() + policy.margin() <= attempt.wait, "4: the answer fits the wait");
                             prop_assert!(remaining >= policy.min_useful() + policy.margin(), "5: enough left to be useful");
                             prop_assert!(budget.as_duration() >= policy.min_useful());

@@ -176,9 +176,10 @@ proptest! {
                 PacedDecision::Stop(stop) => {
                     if let Stop::NotEnoughTimeAfterBackoff { remaining, delay, needed, .. } = stop {
                         // Budgets truncate to whole ms, so "too little" is within a millisecond of `needed`.
-                        prop_assert!(remaining < delay + needed + ms(1), "stopped only when the delay leaves too little");
+                        prop_assert!(remaining < delay + policy.share().needed_for(policy.margin() + policy.min_useful() + ms(2)), "stopped only when the delay leaves too little");
                         prop_assert!(matches!(decide(&policy, sent, deadline, now + delay), Decision::Stop(_)));
                         prop_assert!(!delay.is_zero());
+                        prop_assert_eq!(needed, policy.share().needed_for(policy.margin() + policy.min_useful()));
                     }
                     break;
                 }
