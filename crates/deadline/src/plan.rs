@@ -26,7 +26,8 @@
 //! Without a deadline, or with propagation off (the baseline), every configured attempt is sent
 //! with its full timeout and no budget header: exactly what a client without this library does.
 //!
-//! Retries can back off with full jitter, the delay spent from the same budget: see [`backoff`].
+//! Retries can back off with full jitter, the delay spent from the same budget ([`backoff`]), and
+//! be bounded across calls as a share of recent requests ([`retry_budget`]).
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -34,9 +35,11 @@ use std::time::{Duration, Instant};
 use crate::budget::{Budget, Deadline};
 
 pub mod backoff;
+pub mod retry_budget;
 pub mod share;
 
 pub use backoff::{Backoff, BackoffError, Delayed, PacedDecision, decide_paced};
+pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use share::{Share, ShareError};
 
 /// The default transit margin a caller keeps back from the budget it forwards.
