@@ -88,6 +88,9 @@ pub enum MalformedReason {
     NotAnInteger,
     /// A `grpc-timeout` value that is not 1 to 8 digits followed by a unit (`H M S m u n`).
     BadGrpcTimeout,
+    /// An absolute deadline that is neither an RFC 3339 date-time with an offset nor whole
+    /// microseconds since the Unix epoch (see [`crate::absolute`]).
+    BadAbsoluteDeadline,
 }
 
 impl fmt::Display for MalformedReason {
@@ -99,6 +102,10 @@ impl fmt::Display for MalformedReason {
             MalformedReason::NotAnInteger => "the value is not a whole number of milliseconds",
             MalformedReason::BadGrpcTimeout => {
                 "the value is not 1 to 8 digits and a unit (H, M, S, m, u, n)"
+            }
+            MalformedReason::BadAbsoluteDeadline => {
+                "the value is neither an RFC 3339 date-time with an offset nor whole microseconds \
+                 since the Unix epoch"
             }
         })
     }
@@ -114,7 +121,7 @@ pub struct MalformedBudget {
 }
 
 impl MalformedBudget {
-    fn new(header: &HeaderName, raw: &[u8], reason: MalformedReason) -> MalformedBudget {
+    pub(crate) fn new(header: &HeaderName, raw: &[u8], reason: MalformedReason) -> MalformedBudget {
         MalformedBudget {
             header: header.clone(),
             value: escape(raw, QUOTE_LIMIT),
