@@ -11,7 +11,9 @@
 //! that as a pure function, with no I/O and no clock reads (`now` is always an argument):
 //! budgets and deadlines ([`budget`]), the `Deadline-Budget-Ms` codec ([`header`]), the call
 //! planner ([`plan`]), the `Deadline-Trace` codec ([`trace`]) and the
-//! admission rule that refuses at arrival what a queue could not finish ([`admission`]). The tower layers that use it
+//! admission rule that refuses at arrival what a queue could not finish ([`admission`]);
+//! absolute deadlines on the wall clock with their skew guard ([`absolute`]), and the expiry a
+//! message carries when work leaves the request ([`expiry`]). The tower layers that use it
 //! live in the `deadline-http` crate.
 //!
 //! ```
@@ -46,9 +48,11 @@
 //! assert!(matches!(plan.next(Some(deadline), now), Decision::Stop(_)));
 //! ```
 
+pub mod absolute;
 pub mod admission;
 pub mod budget;
 pub mod decimal;
+pub mod expiry;
 pub mod header;
 pub mod plan;
 pub mod trace;
