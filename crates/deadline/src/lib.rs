@@ -12,7 +12,7 @@
 //! budgets and deadlines ([`budget`]), the `Deadline-Budget-Ms` codec ([`header`]), the call
 //! planner ([`plan`]), the `Deadline-Trace` codec ([`trace`]) and the
 //! admission rule that refuses at arrival what a queue could not finish ([`admission`]);
-//! absolute deadlines on the wall clock with their skew guard ([`absolute`]), and the expiry a
+//! other dialects in and out ([`dialect`]); absolute deadlines on the wall clock with their skew guard ([`absolute`]), and the expiry a
 //! message carries when work leaves the request ([`expiry`]). The tower layers that use it
 //! live in the `deadline-http` crate.
 //!
@@ -52,6 +52,7 @@ pub mod absolute;
 pub mod admission;
 pub mod budget;
 pub mod decimal;
+pub mod dialect;
 pub mod expiry;
 pub mod header;
 pub mod plan;
