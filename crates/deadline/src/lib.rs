@@ -13,7 +13,8 @@
 //! planner ([`plan`]), the `Deadline-Trace` codec ([`trace`]) and the
 //! admission rule that refuses at arrival what a queue could not finish ([`admission`]);
 //! other dialects in and out ([`dialect`]); absolute deadlines on the wall clock with their skew guard ([`absolute`]), and the expiry a
-//! message carries when work leaves the request ([`expiry`]). The tower layers that use it
+//! message carries when work leaves the request ([`expiry`]); and the gRPC status codes and
+//! message encoding a deadline answer needs ([`grpc`]). The tower layers that use it
 //! live in the `deadline-http` crate.
 //!
 //! ```
@@ -54,6 +55,7 @@ pub mod budget;
 pub mod decimal;
 pub mod dialect;
 pub mod expiry;
+pub mod grpc;
 pub mod header;
 pub mod plan;
 pub mod trace;
