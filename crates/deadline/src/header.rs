@@ -88,6 +88,11 @@ pub enum MalformedReason {
     NotAnInteger,
     /// A `grpc-timeout` value that is not 1 to 8 digits followed by a unit (`H M S m u n`).
     BadGrpcTimeout,
+    /// More digits than the dialect allows (Connect's `connect-timeout-ms` takes at most 10).
+    TooManyDigits,
+    /// An absolute deadline that is neither an RFC 3339 date-time with an offset nor whole
+    /// microseconds since the Unix epoch (see [`crate::absolute`]).
+    BadAbsoluteDeadline,
 }
 
 impl fmt::Display for MalformedReason {
@@ -99,6 +104,11 @@ impl fmt::Display for MalformedReason {
             MalformedReason::NotAnInteger => "the value is not a whole number of milliseconds",
             MalformedReason::BadGrpcTimeout => {
                 "the value is not 1 to 8 digits and a unit (H, M, S, m, u, n)"
+            }
+            MalformedReason::TooManyDigits => "the value has more digits than the header allows",
+            MalformedReason::BadAbsoluteDeadline => {
+                "the value is neither an RFC 3339 date-time with an offset nor whole microseconds \
+                 since the Unix epoch"
             }
         })
     }
@@ -114,7 +124,7 @@ pub struct MalformedBudget {
 }
 
 impl MalformedBudget {
-    fn new(header: &HeaderName, raw: &[u8], reason: MalformedReason) -> MalformedBudget {
+    pub(crate) fn new(header: &HeaderName, raw: &[u8], reason: MalformedReason) -> MalformedBudget {
         MalformedBudget {
             header: header.clone(),
             value: escape(raw, QUOTE_LIMIT),
@@ -231,7 +241,9 @@ pub fn read_budget(
     read_lines(headers, &BUDGET_HEADER, |raw| parse_budget(raw, max))
 }
 
-fn read_lines(
+/// Reads every line of header `name` with `parse`: `Ok(None)` when there is none, the smallest
+/// value when all are valid, the first error otherwise.
+pub(crate) fn read_lines(
     headers: &HeaderMap,
     name: &HeaderName,
     parse: impl Fn(&[u8]) -> Result<BudgetValue, MalformedBudget>,

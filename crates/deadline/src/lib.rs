@@ -9,9 +9,17 @@
 //! work that is already late, stops work nobody is waiting for, skips retries that could not
 //! finish, and sends back a trace of where the time went. This crate holds every decision of
 //! that as a pure function, with no I/O and no clock reads (`now` is always an argument):
-//! budgets and deadlines ([`budget`]), the `Deadline-Budget-Ms` codec ([`header`]), the call
-//! planner ([`plan`]) and the `Deadline-Trace` codec ([`trace`]). The tower layers that use it
-//! live in the `deadline-http` crate.
+//!
+//! - [`budget`]: budgets and deadlines; [`header`]: the `Deadline-Budget-Ms` codec;
+//!   [`dialect`]: the other headers a budget travels in (`grpc-timeout`, Connect's, Envoy's);
+//!   [`absolute`]: absolute deadlines on the wall clock, with their skew guard;
+//! - [`plan`]: the call planner, with backoff, share caps and retry budgets;
+//! - [`admission`]: refusing at arrival what a queue could not finish;
+//! - [`trace`]: the `Deadline-Trace` codec;
+//! - [`expiry`]: the expiry a message carries when work leaves the request;
+//! - [`grpc`]: the gRPC status codes and message encoding a deadline answer needs.
+//!
+//! The tower layers that use it live in the `deadline-http` crate.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -45,8 +53,13 @@
 //! assert!(matches!(plan.next(Some(deadline), now), Decision::Stop(_)));
 //! ```
 
+pub mod absolute;
+pub mod admission;
 pub mod budget;
 pub mod decimal;
+pub mod dialect;
+pub mod expiry;
+pub mod grpc;
 pub mod header;
 pub mod plan;
 pub mod trace;

@@ -10,9 +10,9 @@
 //! With a deadline and propagation on, before attempt *n*:
 //!
 //! ```text
-//! remaining = deadline - now                 (zero once passed)
-//! wait      = min(timeout, remaining)        the caller never waits past its own deadline
-//! budget    = floor_ms(wait - margin)        the callee's answer has `margin` to travel back
+//! remaining = deadline - now                  (zero once passed)
+//! wait      = min(timeout, share × remaining)  never past the caller's own deadline
+//! budget    = floor_ms(wait - margin)         the callee's answer has `margin` to travel back
 //! send only if n <= attempts and budget >= min_useful
 //! ```
 //!
@@ -20,14 +20,27 @@
 //! so it would only add load to a service that is probably already struggling. The budget is
 //! truncated, never rounded up, and because `min_useful` is at least 1 ms a callee is never told
 //! `0` (which reads as expired) and never gets no header (which reads as "no deadline").
+//! The share is 1 unless a policy sets one: see [`share`] for why a call may take less than all
+//! that is left.
 //!
 //! Without a deadline, or with propagation off (the baseline), every configured attempt is sent
 //! with its full timeout and no budget header: exactly what a client without this library does.
+//!
+//! Retries can back off with full jitter, the delay spent from the same budget ([`backoff`]), and
+//! be bounded across calls as a share of recent requests ([`retry_budget`]).
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::budget::{Budget, Deadline};
+
+pub mod backoff;
+pub mod retry_budget;
+pub mod share;
+
+pub use backoff::{Backoff, BackoffError, Delayed, PacedDecision, decide_paced};
+pub use retry_budget::{RetryBudget, RetryBudgetConfig};
+pub use share::{Share, ShareError};
 
 /// The default transit margin a caller keeps back from the budget it forwards.
 pub const DEFAULT_MARGIN: Duration = Duration::from_millis(50);
@@ -46,6 +59,7 @@ pub struct CallPolicy {
     attempts: u32,
     margin: Duration,
     min_useful: Duration,
+    share: Share,
     propagate: bool,
 }
 
@@ -117,6 +131,7 @@ impl CallPolicy {
             attempts: 1,
             margin: DEFAULT_MARGIN,
             min_useful: DEFAULT_MIN_USEFUL,
+            share: Share::WHOLE,
             propagate: true,
         })
     }
@@ -139,6 +154,11 @@ impl CallPolicy {
     /// The smallest budget worth sending.
     pub fn min_useful(&self) -> Duration {
         self.min_useful
+    }
+
+    /// The most of the remaining budget one attempt may take (see [`share`]).
+    pub fn share(&self) -> Share {
+        self.share
     }
 
     /// Whether the deadline propagates (off: the baseline without the library).
@@ -179,6 +199,14 @@ impl CallPolicyBuilder {
     /// The smallest budget worth sending a callee (default 50 ms, at least 1 ms).
     pub fn min_useful(mut self, min_useful: Duration) -> Self {
         self.0.min_useful = min_useful;
+        self
+    }
+
+    /// The most of the caller's remaining budget one attempt may take (default the whole):
+    /// the callee's deadline is at most `now + share × remaining`, so calls made one after
+    /// another leave time for the ones after them.
+    pub fn share(mut self, share: Share) -> Self {
+        self.0.share = share;
         self
     }
 
@@ -241,7 +269,20 @@ pub enum Stop {
         attempt: u32,
         /// Time left before the caller's deadline.
         remaining: Duration,
-        /// Time an attempt needs: margin plus the minimum useful budget.
+        /// Time an attempt needs: margin plus the minimum useful budget, divided by the
+        /// policy's share.
+        needed: Duration,
+    },
+    /// The retry could not finish after its backoff delay, so the caller neither slept nor
+    /// sent it (see [`backoff`]).
+    NotEnoughTimeAfterBackoff {
+        /// The attempt that was not sent, from 1.
+        attempt: u32,
+        /// Time left before the caller's deadline, before the delay.
+        remaining: Duration,
+        /// The backoff delay that was drawn.
+        delay: Duration,
+        /// Time an attempt needs after the delay: margin plus the minimum useful budget.
         needed: Duration,
     },
 }
@@ -258,6 +299,19 @@ impl fmt::Display for Stop {
                 f,
                 "attempt {attempt} not sent: {} ms left, an attempt needs at least {} ms",
                 remaining.as_millis(),
+                needed.as_millis()
+            ),
+            Stop::NotEnoughTimeAfterBackoff {
+                attempt,
+                remaining,
+                delay,
+                needed,
+            } => write!(
+                f,
+                "attempt {attempt} not sent: {} ms left, less than its {} ms backoff plus the {} ms \
+                 an attempt needs",
+                remaining.as_millis(),
+                delay.as_millis(),
                 needed.as_millis()
             ),
         }
@@ -298,7 +352,7 @@ pub fn decide(
         }
     };
     let remaining = deadline.remaining(now);
-    let wait = policy.timeout.min(remaining);
+    let wait = policy.timeout.min(policy.share.of(remaining));
     match Budget::from_duration(wait.saturating_sub(policy.margin)) {
         Some(budget) if budget.as_duration() >= policy.min_useful => Decision::Send(Attempt {
             number,
@@ -308,7 +362,9 @@ pub fn decide(
         _ => Decision::Stop(Stop::NotEnoughTime {
             attempt: number,
             remaining,
-            needed: policy.margin.saturating_add(policy.min_useful),
+            needed: policy
+                .share
+                .needed_for(policy.margin.saturating_add(policy.min_useful)),
         }),
     }
 }
@@ -347,261 +403,4 @@ impl Plan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn origin() -> Instant {
-        #[allow(clippy::disallowed_methods)] // one arbitrary origin for the virtual clock
-        Instant::now()
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    fn send(number: u32, wait: u64, budget: u64) -> Decision {
-        Decision::Send(Attempt {
-            number,
-            wait: ms(wait),
-            budget: Budget::from_millis(budget),
-        })
-    }
-
-    /// The reference system's orders hop, decision by decision: a 1,890 ms deadline, 1,000 ms
-    /// timeout, 3 attempts, 50 ms margin and minimum, each callee using its whole budget.
-    #[test]
-    fn the_orders_hop_on_a_virtual_clock() {
-        let t0 = origin();
-        let deadline = Deadline::after_duration(t0, ms(1_890));
-        let mut plan = Plan::new(CallPolicy::new(ms(1_000), 3).unwrap());
-        let mut now = t0;
-
-        assert_eq!(plan.next(Some(deadline), now), send(1, 1_000, 950));
-        now += ms(950); // inventory used all 950 ms and answered 504
-        assert_eq!(plan.next(Some(deadline), now), send(2, 940, 890));
-        now += ms(890);
-        assert_eq!(now - t0, ms(1_840));
-        assert_eq!(
-            plan.next(Some(deadline), now),
-            Decision::Stop(Stop::NotEnoughTime {
-                attempt: 3,
-                remaining: ms(50),
-                needed: ms(100)
-            })
-        );
-        assert_eq!(plan.sent(), 2);
-    }
-
-    #[test]
-    fn no_deadline_means_every_attempt_with_its_full_timeout() {
-        let t0 = origin();
-        let mut plan = Plan::new(CallPolicy::new(ms(3_500), 3).unwrap());
-        for n in 1..=3 {
-            assert_eq!(
-                plan.next(None, t0 + ms(10_000 * u64::from(n))),
-                Decision::Send(Attempt {
-                    number: n,
-                    wait: ms(3_500),
-                    budget: None
-                })
-            );
-        }
-        assert_eq!(
-            plan.next(None, t0),
-            Decision::Stop(Stop::AttemptsExhausted { attempts: 3 })
-        );
-    }
-
-    #[test]
-    fn propagation_off_ignores_the_deadline() {
-        let t0 = origin();
-        let policy = CallPolicy::new(ms(1_000), 3).unwrap().with_propagate(false);
-        let expired = Deadline::at(t0);
-        assert_eq!(
-            decide(&policy, 2, Some(expired), t0 + ms(5)),
-            Decision::Send(Attempt {
-                number: 3,
-                wait: ms(1_000),
-                budget: None
-            })
-        );
-    }
-
-    #[test]
-    fn boundaries_of_min_useful_plus_margin() {
-        let t0 = origin();
-        let policy = CallPolicy::new(ms(1_000), 3).unwrap();
-        let d = Deadline::after_duration(t0, ms(100));
-        // Exactly min_useful + margin left: the callee gets exactly min_useful.
-        assert_eq!(decide(&policy, 0, Some(d), t0), send(1, 100, 50));
-        // A microsecond less and the truncated budget is 49: not sent.
-        let just_under = t0 + Duration::from_micros(1);
-        assert!(matches!(
-            decide(&policy, 0, Some(d), just_under),
-            Decision::Stop(Stop::NotEnoughTime { .. })
-        ));
-        // A fraction above truncates down, never up.
-        let d = Deadline::after_duration(t0, Duration::from_micros(150_999));
-        assert_eq!(
-            decide(&policy, 0, Some(d), t0),
-            Decision::Send(Attempt {
-                number: 1,
-                wait: Duration::from_micros(150_999),
-                budget: Budget::from_millis(100),
-            })
-        );
-        // A passed deadline sends nothing.
-        let d = Deadline::at(t0);
-        assert_eq!(
-            decide(&policy, 0, Some(d), t0 + ms(1)),
-            Decision::Stop(Stop::NotEnoughTime {
-                attempt: 1,
-                remaining: Duration::ZERO,
-                needed: ms(100)
-            })
-        );
-        // Attempts are exhausted before time is even considered.
-        assert_eq!(
-            decide(&policy, 3, Some(d), t0),
-            Decision::Stop(Stop::AttemptsExhausted { attempts: 3 })
-        );
-    }
-
-    #[test]
-    fn timeout_caps_the_wait_when_the_deadline_is_far() {
-        let t0 = origin();
-        let policy = CallPolicy::new(ms(1_000), 1).unwrap();
-        let d = Deadline::after_duration(t0, ms(60_000));
-        assert_eq!(decide(&policy, 0, Some(d), t0), send(1, 1_000, 950));
-    }
-
-    #[test]
-    fn invalid_policies_are_rejected_with_their_reason() {
-        assert_eq!(
-            CallPolicy::new(Duration::ZERO, 1),
-            Err(PolicyError::ZeroTimeout)
-        );
-        assert_eq!(
-            CallPolicy::new(ms(1_000), 0),
-            Err(PolicyError::ZeroAttempts)
-        );
-        assert_eq!(
-            CallPolicy::builder()
-                .min_useful(Duration::from_micros(999))
-                .build(),
-            Err(PolicyError::MinUsefulBelowOneMs {
-                min_useful: Duration::from_micros(999)
-            })
-        );
-        assert_eq!(
-            CallPolicy::new(ms(99), 1),
-            Err(PolicyError::TimeoutTooShort {
-                timeout: ms(99),
-                margin: ms(50),
-                min_useful: ms(50)
-            })
-        );
-        assert!(CallPolicy::new(ms(100), 1).is_ok());
-        assert!(
-            CallPolicy::builder()
-                .timeout(ms(1))
-                .margin(Duration::ZERO)
-                .min_useful(ms(1))
-                .build()
-                .is_ok()
-        );
-        assert!(
-            CallPolicy::builder().margin(Duration::MAX).build().is_err(),
-            "an overflowing margin is rejected, not wrapped"
-        );
-        let messages: std::collections::HashSet<String> = [
-            PolicyError::ZeroTimeout,
-            PolicyError::ZeroAttempts,
-            PolicyError::MinUsefulBelowOneMs { min_useful: ms(0) },
-            PolicyError::TimeoutTooShort {
-                timeout: ms(1),
-                margin: ms(1),
-                min_useful: ms(1),
-            },
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-        assert_eq!(messages.len(), 4, "each error has its own message");
-    }
-
-    fn policies() -> impl Strategy<Value = CallPolicy> {
-        (
-            0u64..=500_000,
-            1u64..=500_000,
-            0u64..=10_000_000,
-            1u32..=8,
-            any::<bool>(),
-        )
-            .prop_map(|(margin_us, min_us, extra_us, attempts, propagate)| {
-                let margin = Duration::from_micros(margin_us);
-                let min_useful = Duration::from_micros(min_us.max(1_000));
-                let timeout = margin + min_useful + Duration::from_micros(extra_us);
-                CallPolicy::builder()
-                    .timeout(timeout)
-                    .attempts(attempts)
-                    .margin(margin)
-                    .min_useful(min_useful)
-                    .propagate(propagate)
-                    .build()
-                    .expect("generated policies are valid")
-            })
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 200_000, failure_persistence: None, ..ProptestConfig::default() })]
-
-        /// CONTRACT 3's five invariants, on a virtual clock: random policies and deadlines, and
-        /// callees that answer after a random share of each wait.
-        #[test]
-        fn the_five_invariants_hold(
-            policy in policies(),
-            deadline_us in proptest::option::weighted(0.9, 0u64..=20_000_000),
-            start_us in 0u64..=1_000_000,
-            shares in proptest::collection::vec(0u32..=1_000, 8),
-        ) {
-            let t0 = origin();
-            let deadline = deadline_us.map(|us| Deadline::after_duration(t0, Duration::from_micros(us)));
-            let mut now = t0 + Duration::from_micros(start_us);
-            let mut plan = Plan::new(policy);
-            let mut sent = 0u32;
-            loop {
-                match plan.next(deadline, now) {
-                    Decision::Stop(_) => break,
-                    Decision::Send(attempt) => {
-                        sent += 1;
-                        prop_assert!(sent <= policy.attempts(), "5: never more than `attempts`");
-                        prop_assert_eq!(attempt.number, sent);
-                        match (deadline, policy.propagate()) {
-                            (Some(deadline), true) => {
-                                let remaining = deadline.remaining(now);
-                                let budget = attempt.budget.expect("a deadline is propagated");
-                                prop_assert!(budget.as_millis() > 0, "1: never spent on arrival");
-                                prop_assert!(budget.as_duration() + policy.margin() <= remaining, "2: at most remaining less margin");
-                                prop_assert!(now + attempt.wait <= deadline.instant(), "3: never wait past the deadline");
-                                prop_assert!(budget.as_duration() + policy.margin() <= attempt.wait, "4: the answer fits the wait");
-                                prop_assert!(remaining >= policy.min_useful() + policy.margin(), "5: enough left to be useful");
-                                prop_assert!(budget.as_duration() >= policy.min_useful());
-                            }
-                            _ => {
-                                prop_assert_eq!(attempt.budget, None, "no deadline, no header");
-                                prop_assert_eq!(attempt.wait, policy.timeout(), "the baseline waits the full timeout");
-                            }
-                        }
-                        let share = shares[(sent as usize - 1) % shares.len()];
-                        now += attempt.wait.mul_f64(f64::from(share) / 1_000.0);
-                    }
-                }
-            }
-            if deadline.is_none() || !policy.propagate() {
-                prop_assert_eq!(sent, policy.attempts(), "the baseline runs every attempt");
-            }
-        }
-    }
-}
+pub(crate) mod tests;

@@ -1,0 +1,194 @@
+//! Admission: refuse at arrival a request that could not finish after queuing for a worker.
+//!
+//! A request that joins a long queue with a short budget holds its caller's budget until it gives
+//! up in the queue, and then the caller has nothing left to try elsewhere. When the queue already
+//! says it cannot finish, telling the caller at once is kinder to both sides: the caller keeps its
+//! budget, and the service's queue stays short for requests that can still be served.
+//!
+//! # The rule
+//!
+//! When every worker slot is busy, a request with `remaining` budget that finds `ahead` waiters
+//! queued before it expects to wait
+//!
+//! ```text
+//! expected_wait = ceil((ahead + 1) / slots) × mean_work
+//! shed          if remaining < expected_wait + min_useful
+//! ```
+//!
+//! where `mean_work` is a moving average of recent work times ([`WorkTimeEstimate`]). Nothing is
+//! shed while a slot is free, before any work time has been observed, or when the request
+//! carries no deadline. [`admit`] applies the rule at arrival; [`admit_at_grant`] re-checks when a
+//! slot is granted, with the real time left (the estimate can be wrong either way).
+//!
+//! # Why this bound
+//!
+//! If every busy worker finishes within `mean_work` and every waiter ahead works at most
+//! `mean_work`, a first-in-first-out queue served by `slots` workers starts this request within
+//! `ceil((ahead + 1) / slots) × mean_work`: the waiters ahead of it fill whole rounds of the
+//! slots, and it is in the round after them. The bound is also reached (every worker just
+//! started, every waiter taking exactly `mean_work`), so a request the rule sheds really can miss
+//! when the estimate holds, and one it admits is certain to start in time. The property tests
+//! check both directions against a simulated queue.
+//!
+//! # Why an exponentially weighted mean
+//!
+//! [`WorkTimeEstimate`] keeps `mean += (sample − mean) / 8`, the smoothing TCP uses for its
+//! round-trip estimate: it needs no buffer, follows a change in work times within a few dozen
+//! samples, and one outlier moves it by an eighth of its distance. It is a mean, not a
+//! percentile: the rule sheds what would miss on average, not what might miss in the worst case.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use crate::budget::Deadline;
+
+/// How far one sample moves the moving average: `1 / 2^WEIGHT_SHIFT` of the distance.
+const WEIGHT_SHIFT: u32 = 3;
+
+/// A moving average of recent work times: the `mean_work` of the admission rule.
+///
+/// Pure: the layer that owns it calls [`observe`](WorkTimeEstimate::observe) with each finished
+/// hold's work time, and reads [`mean`](WorkTimeEstimate::mean) at arrival.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkTimeEstimate {
+    /// The mean in nanoseconds; `None` until the first sample.
+    mean_ns: Option<u64>,
+}
+
+impl WorkTimeEstimate {
+    /// An estimate with no sample yet: [`admit`] sheds nothing until one is observed.
+    pub const fn new() -> WorkTimeEstimate {
+        WorkTimeEstimate { mean_ns: None }
+    }
+
+    /// Folds one work time into the mean (the first sample becomes the mean).
+    pub fn observe(&mut self, work: Duration) {
+        let sample = u64::try_from(work.as_nanos()).unwrap_or(u64::MAX);
+        self.mean_ns = Some(match self.mean_ns {
+            None => sample,
+            // mean + (sample - mean) / 8, without leaving u64 in either direction.
+            Some(mean) if sample >= mean => mean + ((sample - mean) >> WEIGHT_SHIFT),
+            Some(mean) => mean - ((mean - sample) >> WEIGHT_SHIFT),
+        });
+    }
+
+    /// The current mean work time, or `None` before the first sample.
+    pub fn mean(&self) -> Option<Duration> {
+        self.mean_ns.map(Duration::from_nanos)
+    }
+}
+
+/// The worker queue as a request finds it on arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueState {
+    /// Whether a worker slot is free (the request would not wait at all).
+    pub free_slot: bool,
+    /// Waiters queued ahead of this request.
+    pub ahead: usize,
+    /// How many worker slots the service has.
+    pub slots: NonZeroU32,
+}
+
+/// Why a request was refused at admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shed {
+    remaining: Duration,
+    expected_wait: Duration,
+    min_useful: Duration,
+}
+
+impl Shed {
+    /// The budget the request had left when it was refused.
+    pub fn remaining(&self) -> Duration {
+        self.remaining
+    }
+
+    /// How long it was expected to wait for a slot (zero when refused at the grant).
+    pub fn expected_wait(&self) -> Duration {
+        self.expected_wait
+    }
+
+    /// The least budget a request must still have when its work starts.
+    pub fn min_useful(&self) -> Duration {
+        self.min_useful
+    }
+}
+
+impl fmt::Display for Shed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "shed: {} ms left, expected wait for a worker {} ms, work needs at least {} ms",
+            self.remaining.as_millis(),
+            self.expected_wait.as_millis(),
+            self.min_useful.as_millis()
+        )
+    }
+}
+
+/// The admission decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Queue the request (or start it, with a free slot).
+    Admit,
+    /// Refuse it now: it could not finish.
+    Shed(Shed),
+}
+
+/// The expected wait for a slot: `ceil((ahead + 1) / slots) × mean_work`, saturating.
+pub fn expected_wait(ahead: usize, slots: NonZeroU32, mean_work: Duration) -> Duration {
+    let rounds = (u64::try_from(ahead).unwrap_or(u64::MAX))
+        .saturating_add(1)
+        .div_ceil(u64::from(slots.get()));
+    mean_work.saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
+}
+
+/// Applies the admission rule at arrival, at `now`, to a request with this `deadline` (if any).
+/// Pure: same inputs, same answer.
+pub fn admit(
+    queue: QueueState,
+    estimate: &WorkTimeEstimate,
+    deadline: Option<Deadline>,
+    min_useful: Duration,
+    now: Instant,
+) -> Admission {
+    let (Some(deadline), Some(mean_work)) = (deadline, estimate.mean()) else {
+        return Admission::Admit;
+    };
+    if queue.free_slot {
+        return Admission::Admit;
+    }
+    let remaining = deadline.remaining(now);
+    let expected_wait = expected_wait(queue.ahead, queue.slots, mean_work);
+    if remaining < expected_wait.saturating_add(min_useful) {
+        Admission::Shed(Shed {
+            remaining,
+            expected_wait,
+            min_useful,
+        })
+    } else {
+        Admission::Admit
+    }
+}
+
+/// Re-checks a queued request when a slot is granted at `now`: with less than `min_useful` left
+/// it is shed instead of started. A request without a deadline is always admitted.
+pub fn admit_at_grant(deadline: Option<Deadline>, min_useful: Duration, now: Instant) -> Admission {
+    let Some(deadline) = deadline else {
+        return Admission::Admit;
+    };
+    let remaining = deadline.remaining(now);
+    if remaining < min_useful {
+        Admission::Shed(Shed {
+            remaining,
+            expected_wait: Duration::ZERO,
+            min_useful,
+        })
+    } else {
+        Admission::Admit
+    }
+}
+
+#[cfg(test)]
+mod tests;

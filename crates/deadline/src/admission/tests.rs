@@ -1,0 +1,228 @@
+use super::*;
+use proptest::prelude::*;
+
+fn origin() -> Instant {
+    #[allow(clippy::disallowed_methods)] // one arbitrary origin for the virtual clock
+    Instant::now()
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn slots(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("non-zero")
+}
+
+fn busy(ahead: usize, n: u32) -> QueueState {
+    QueueState {
+        free_slot: false,
+        ahead,
+        slots: slots(n),
+    }
+}
+
+fn estimate_of(mean: Duration) -> WorkTimeEstimate {
+    let mut estimate = WorkTimeEstimate::new();
+    estimate.observe(mean);
+    estimate
+}
+
+#[test]
+fn expected_wait_counts_whole_rounds_of_the_slots() {
+    // Inventory's shape: 8 slots, 100 ms of work.
+    for (ahead, rounds) in [(0, 1), (1, 1), (7, 1), (8, 2), (15, 2), (16, 3), (79, 10)] {
+        assert_eq!(
+            expected_wait(ahead, slots(8), ms(100)),
+            ms(100 * rounds),
+            "{ahead} ahead"
+        );
+    }
+    assert_eq!(expected_wait(0, slots(1), ms(100)), ms(100));
+    assert_eq!(expected_wait(3, slots(1), ms(100)), ms(400));
+    // Saturates instead of overflowing.
+    assert_eq!(
+        expected_wait(usize::MAX, slots(1), Duration::MAX),
+        Duration::MAX
+    );
+}
+
+#[test]
+fn nothing_is_shed_with_a_free_slot_without_samples_or_without_a_deadline() {
+    let t0 = origin();
+    let nearly_spent = Some(Deadline::after_duration(t0, ms(1)));
+    let free = QueueState {
+        free_slot: true,
+        ahead: 0,
+        slots: slots(8),
+    };
+    let slow = estimate_of(ms(10_000));
+    assert_eq!(
+        admit(free, &slow, nearly_spent, ms(50), t0),
+        Admission::Admit
+    );
+    assert_eq!(
+        admit(
+            busy(100, 8),
+            &WorkTimeEstimate::new(),
+            nearly_spent,
+            ms(50),
+            t0
+        ),
+        Admission::Admit
+    );
+    assert_eq!(
+        admit(busy(100, 8), &slow, None, ms(50), t0),
+        Admission::Admit
+    );
+}
+
+#[test]
+fn the_boundary_is_expected_wait_plus_min_useful() {
+    let t0 = origin();
+    let estimate = estimate_of(ms(100));
+    // 8 ahead on 8 slots: two rounds, 200 ms; with 50 ms minimum the request needs 250 ms.
+    let exactly = Some(Deadline::after_duration(t0, ms(250)));
+    assert_eq!(
+        admit(busy(8, 8), &estimate, exactly, ms(50), t0),
+        Admission::Admit
+    );
+    let short = Some(Deadline::after_duration(
+        t0,
+        ms(250) - Duration::from_nanos(1),
+    ));
+    let Admission::Shed(shed) = admit(busy(8, 8), &estimate, short, ms(50), t0) else {
+        panic!("a request a nanosecond short of the bound is shed");
+    };
+    assert_eq!(shed.expected_wait(), ms(200));
+    assert_eq!(shed.min_useful(), ms(50));
+    assert_eq!(shed.remaining(), ms(250) - Duration::from_nanos(1));
+    assert_eq!(
+        shed.to_string(),
+        "shed: 249 ms left, expected wait for a worker 200 ms, work needs at least 50 ms"
+    );
+}
+
+#[test]
+fn an_expired_request_in_a_busy_queue_is_shed() {
+    let t0 = origin();
+    let deadline = Some(Deadline::after_duration(t0, ms(100)));
+    let later = t0 + ms(500);
+    let Admission::Shed(shed) = admit(busy(0, 8), &estimate_of(ms(1)), deadline, ms(1), later)
+    else {
+        panic!("an expired request cannot finish");
+    };
+    assert_eq!(shed.remaining(), Duration::ZERO);
+}
+
+#[test]
+fn the_grant_recheck_uses_the_real_time_left() {
+    let t0 = origin();
+    let deadline = Some(Deadline::after_duration(t0, ms(300)));
+    assert_eq!(
+        admit_at_grant(deadline, ms(50), t0 + ms(250)),
+        Admission::Admit
+    );
+    assert_eq!(
+        admit_at_grant(deadline, ms(50), t0 + ms(251)),
+        Admission::Shed(Shed {
+            remaining: ms(49),
+            expected_wait: Duration::ZERO,
+            min_useful: ms(50),
+        })
+    );
+    assert_eq!(
+        admit_at_grant(None, ms(50), t0 + ms(10_000)),
+        Admission::Admit
+    );
+}
+
+#[test]
+fn the_estimate_moves_an_eighth_of_the_way_to_each_sample() {
+    let mut estimate = WorkTimeEstimate::new();
+    assert_eq!(estimate.mean(), None);
+    estimate.observe(ms(100));
+    assert_eq!(estimate.mean(), Some(ms(100)));
+    estimate.observe(ms(900)); // one slow request: +800 / 8
+    assert_eq!(estimate.mean(), Some(ms(200)));
+    estimate.observe(ms(40)); // -160 / 8
+    assert_eq!(estimate.mean(), Some(ms(180)));
+    for _ in 0..200 {
+        estimate.observe(ms(100));
+    }
+    // Converges to the new level within a few dozen samples (integer steps stop short by < 8 ns).
+    let mean = estimate.mean().expect("observed");
+    assert!(
+        mean >= ms(100) && mean < ms(100) + Duration::from_nanos(8),
+        "{mean:?}"
+    );
+    // Samples beyond u64 nanoseconds saturate instead of wrapping.
+    estimate.observe(Duration::MAX);
+    assert!(estimate.mean().expect("observed") > Duration::from_secs(60 * 60 * 24 * 365));
+}
+
+/// When a request starts in a first-in-first-out queue: `remaining[i]` is how long busy worker
+/// `i` still works, `work[j]` how long the `j`-th waiter ahead will work.
+fn simulated_start(remaining: &[Duration], work: &[Duration]) -> Duration {
+    let mut free_at = remaining.to_vec();
+    for w in work {
+        let (i, start) = free_at
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|&(_, t)| t)
+            .expect("at least one slot");
+        free_at[i] = start + *w;
+    }
+    free_at.into_iter().min().expect("at least one slot")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A request the rule admits starts in time whenever the estimate holds (every busy worker
+    /// and every waiter ahead works at most the mean), and the bound is reached, so a request it
+    /// sheds could really miss.
+    #[test]
+    fn the_expected_wait_bounds_the_real_wait_and_is_reached(
+        n_slots in 1u32..=16,
+        mean_ms in 1u64..=2_000,
+        shares in proptest::collection::vec(0u32..=1_000, 16 + 64),
+        ahead in 0usize..=64,
+    ) {
+        let mean = ms(mean_ms);
+        let part = |share: u32| mean.mul_f64(f64::from(share) / 1_000.0);
+        let remaining: Vec<Duration> =
+            shares[..n_slots as usize].iter().map(|&s| part(s)).collect();
+        let work: Vec<Duration> = shares[16..16 + ahead].iter().map(|&s| part(s)).collect();
+        let bound = expected_wait(ahead, slots(n_slots), mean);
+        prop_assert!(simulated_start(&remaining, &work) <= bound);
+        let worst = simulated_start(&vec![mean; n_slots as usize], &vec![mean; ahead]);
+        prop_assert_eq!(worst, bound);
+    }
+
+    /// More time left never turns an admission into a shed; more waiters ahead never turn a
+    /// shed into an admission.
+    #[test]
+    fn admission_is_monotone(
+        n_slots in 1u32..=16,
+        mean_ms in 1u64..=2_000,
+        ahead in 0usize..=200,
+        more_ahead in 0usize..=200,
+        budget_ms in 0u64..=20_000,
+        more_ms in 0u64..=20_000,
+        min_useful_ms in 1u64..=200,
+    ) {
+        let t0 = origin();
+        let estimate = estimate_of(ms(mean_ms));
+        let min_useful = ms(min_useful_ms);
+        let at = |budget: u64, ahead: usize| {
+            admit(busy(ahead, n_slots), &estimate, Some(Deadline::after_duration(t0, ms(budget))), min_useful, t0)
+        };
+        if at(budget_ms, ahead) == Admission::Admit {
+            prop_assert_eq!(at(budget_ms + more_ms, ahead), Admission::Admit);
+        } else {
+            prop_assert!(matches!(at(budget_ms, ahead + more_ahead), Admission::Shed(_)));
+        }
+    }
+}
