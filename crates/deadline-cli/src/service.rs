@@ -28,6 +28,9 @@ use crate::holds::{HoldLine, HoldLog, epoch_ms_now};
 /// The request id header, forwarded downstream and made at the edge when absent.
 pub(crate) use deadline_http::enforce::REQUEST_ID_HEADER as REQUEST_ID;
 
+/// How long the last write of the log may take at exit before the service gives up on it.
+const LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Arguments of `deadline service` (CONTRACT 4.1).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ServiceArgs {
@@ -202,7 +205,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let hook_in_flight = in_flight.clone();
     let enforce = enforce.on_hold(move |hold: &Hold| {
         if let Some(log) = &hook_log {
-            log.write(&hold_line(hold));
+            log.write(hold_line(hold));
         }
         hook_in_flight.fetch_sub(1, Ordering::AcqRel);
     });
@@ -266,8 +269,19 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             args.name, args.drain_timeout
         );
     }
-    if let Some(log) = &log {
-        log.flush().context("flushing the log")?;
+    if let Some(log) = log {
+        let counts = tokio::task::spawn_blocking(move || log.flush(LOG_FLUSH_TIMEOUT))
+            .await
+            .context("flushing the log")??;
+        if counts.lost() > 0 {
+            bail!(
+                "{} of {} holds are missing from the log ({} dropped while the writer was behind, {} lost to write errors)",
+                counts.lost(),
+                counts.lost() + counts.written,
+                counts.dropped,
+                counts.failed
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod hold_log;
 mod load;
 mod service;
 mod trace;
