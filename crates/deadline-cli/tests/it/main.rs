@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod hold_log;
+mod hygiene;
 mod load;
 mod service;
 mod trace;
