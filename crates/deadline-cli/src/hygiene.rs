@@ -77,16 +77,17 @@ impl ServiceHygiene {
 
     /// What is wrong, if the service did not come back.
     pub(crate) fn failure(&self, mode: &str) -> Option<String> {
+        let fds = |s: &RuntimeSample| s.open_fds.map_or("-".to_owned(), |n| n.to_string());
         (!self.returned).then(|| {
             format!(
                 "{mode}: {} did not return to idle {:.1} s after the run: tasks {} -> {}, open fds \
-                 {:?} -> {:?}, in flight {} (slack {TASK_SLACK} tasks, {FD_SLACK} fds)",
+                 {} -> {}, in flight {} (slack {TASK_SLACK} task, {FD_SLACK} fds)",
                 self.name,
                 self.settled_ms / 1_000.0,
                 self.idle.alive_tasks,
                 self.after.alive_tasks,
-                self.idle.open_fds,
-                self.after.open_fds,
+                fds(&self.idle),
+                fds(&self.after),
                 self.after.in_flight
             )
         })
