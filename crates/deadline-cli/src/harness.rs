@@ -211,6 +211,14 @@ impl Chain {
         Ok(Chain { running, _dir: dir })
     }
 
+    /// Every service's name and base URL, edge first.
+    pub(crate) fn services(&self) -> Vec<(&'static str, String)> {
+        self.running
+            .iter()
+            .map(|r| (r.name, r.url.clone()))
+            .collect()
+    }
+
     /// The edge's base URL (`http://127.0.0.1:PORT`).
     pub(crate) fn edge_url(&self) -> &str {
         self.running.first().map_or("", |r| r.url.as_str())

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::harness::{Chain, ProcessUsage, Scenario, one_user, reference, user_client};
 use crate::holds::{HoldLine, epoch_ms_now};
+use crate::hygiene::{self, ServiceHygiene};
 use crate::service::is_slow;
 use crate::svg;
 
@@ -111,6 +112,9 @@ pub(crate) struct LoadRun {
     generator_peak_rss_kib: Option<u64>,
     /// Share answered in time among users sent in each second of the run.
     pub(crate) in_time_share_by_second: Vec<f64>,
+    /// Each service's tasks, open descriptors and requests in flight, idle before the run and
+    /// after it drained, edge first (see `deadline service`'s `GET /debug/runtime`).
+    hygiene: Vec<ServiceHygiene>,
 }
 
 #[derive(Debug, Serialize)]
@@ -214,6 +218,7 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
         "without deadlines"
     });
 
+    let idle = hygiene::sample_all(&chain).await?;
     let generator_before = ProcessUsage::of("generator", None);
     let start = Instant::now();
     let start_wall = epoch_ms_now();
@@ -244,6 +249,10 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
     while let Some(joined) = users.join_next().await {
         outcomes.push(joined.context("a user task failed")??);
     }
+    // The users are gone: close their pooled connections, then wait for the services to give
+    // back what the run used.
+    drop(client);
+    let hygiene = hygiene::settle(&chain, &idle, Instant::now()).await?;
     let (holds, services) = chain.stop_with_usage().await?;
     let generator = ProcessUsage::of("generator", None);
     let mut run = figures(args, deadlines, outcomes, &holds, start_wall);
@@ -253,6 +262,7 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
         .zip(generator_before.cpu_ms)
         .map(|(after, before)| after - before);
     run.generator_peak_rss_kib = generator.peak_rss_kib;
+    run.hygiene = hygiene;
     Ok(run)
 }
 
@@ -362,6 +372,7 @@ fn figures(
             .iter()
             .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
             .collect(),
+        hygiene: Vec::new(),
     }
 }
 
@@ -407,6 +418,10 @@ fn check(runs: &[LoadRun]) -> Check {
             }
         }
         _ => failures.push("the check needs both runs (drop --only)".to_owned()),
+    }
+    for run in runs {
+        let mode = if run.deadlines { "with" } else { "without" };
+        failures.extend(run.hygiene.iter().filter_map(|h| h.failure(mode)));
     }
     Check {
         passed: failures.is_empty(),
@@ -588,6 +603,18 @@ fn print_table(args: &LoadArgs, runs: &[LoadRun]) {
             &format!("{name} CPU, peak RSS"),
             runs.iter()
                 .map(|r| r.services.get(i).map_or("-".to_owned(), usage_cell))
+                .collect(),
+        );
+    }
+    for (i, name) in names.iter().enumerate() {
+        row(
+            &format!("{name} tasks/fds"),
+            runs.iter()
+                .map(|r| {
+                    r.hygiene
+                        .get(i)
+                        .map_or("-".to_owned(), ServiceHygiene::cell)
+                })
                 .collect(),
         );
     }

@@ -6,6 +6,7 @@ mod bench;
 mod demo;
 mod harness;
 mod holds;
+mod hygiene;
 mod load;
 mod service;
 mod svg;

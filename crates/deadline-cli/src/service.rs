@@ -16,17 +16,23 @@ use clap::Args;
 use deadline::{Budget, CallPolicy};
 use deadline_http::enforce::{EnforceDeadlineLayer, Hold};
 use deadline_http::propagate::DeadlineClient;
+use deadline_http::serve::ServeOptions;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
-use tower::ServiceBuilder;
+use tower::{ServiceBuilder, ServiceExt as _};
 
-use crate::holds::{HoldLine, HoldLog, epoch_ms_now};
+use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
 
 /// The request id header, forwarded downstream and made at the edge when absent.
 pub(crate) use deadline_http::enforce::REQUEST_ID_HEADER as REQUEST_ID;
+
+/// How long the last write of the log may take at exit before the service gives up on it.
+const LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Arguments of `deadline service` (CONTRACT 4.1).
 #[derive(Debug, Clone, Args)]
@@ -89,6 +95,16 @@ pub(crate) struct ServiceArgs {
     /// included) before exiting anyway, with a warning, in seconds.
     #[arg(long, default_value_t = 600)]
     pub drain_timeout: u64,
+    /// How long a client may take to send a request's headers before its connection is closed,
+    /// in ms. A slow client holds only a connection (a file descriptor and a task), never a
+    /// worker slot, until then.
+    #[arg(long, default_value_t = 30_000)]
+    pub header_timeout: u64,
+    /// How long an idle pooled connection to the downstream is kept, in ms. Checked about that
+    /// often, so an idle connection closes after one to two times this. Short, so a service
+    /// that goes quiet gives its connections (and their tasks) back within seconds.
+    #[arg(long, default_value_t = 2_000)]
+    pub pool_idle_timeout: u64,
     /// Drain and exit when standard input closes, as well as on SIGINT or SIGTERM. The demo and
     /// the load command use it so their services never outlive them.
     #[arg(long)]
@@ -135,6 +151,9 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     if args.slots == Some(0) {
         bail!("--slots must be at least 1");
     }
+    if args.header_timeout == 0 {
+        bail!("--header-timeout must be at least 1 ms");
+    }
     if Budget::from_millis(args.max_budget).is_none() {
         bail!("--max-budget must be at least 1 ms");
     }
@@ -178,7 +197,16 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 .clone()
                 .unwrap_or_else(|| url.authority().map(ToString::to_string).unwrap_or_default());
             let base = url.to_string().trim_end_matches('/').to_owned();
-            Some((base, DeadlineClient::new(policy).target(target)))
+            let mut connector = HttpConnector::new();
+            connector.set_nodelay(true);
+            let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_millis(args.pool_idle_timeout))
+                .pool_timer(TokioTimer::new())
+                .build(connector);
+            Some((
+                base,
+                DeadlineClient::from_client(pool, policy).target(target),
+            ))
         }
         _ => None,
     };
@@ -202,14 +230,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let hook_in_flight = in_flight.clone();
     let enforce = enforce.on_hold(move |hold: &Hold| {
         if let Some(log) = &hook_log {
-            log.write(&hold_line(hold));
+            log.write(hold_line(hold));
         }
         hook_in_flight.fetch_sub(1, Ordering::AcqRel);
     });
 
     let ids = Arc::new(IdMaker::new(&args.name));
     let counter = in_flight.clone();
-    let service = ServiceBuilder::new()
+    let work = ServiceBuilder::new()
         // Outside the enforce layer but before any waiting: stamp an id and count the request
         // in flight (the hold hook counts it out, exactly once).
         .map_request(move |mut req: Request<Incoming>| {
@@ -230,6 +258,22 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         })
         .layer(enforce)
         .service_fn(move |req| handle(state.clone(), req));
+    let figures = Arc::new(Figures {
+        in_flight: in_flight.clone(),
+        log: log.clone(),
+    });
+    // The admin path is answered here, before the request is counted or reaches the enforce
+    // layer: it never waits for a slot, is never logged and never reaches the work.
+    let service = tower::service_fn(move |req: Request<Incoming>| {
+        let work = work.clone();
+        let figures = figures.clone();
+        async move {
+            if req.uri().path() == RUNTIME_PATH && req.method() == http::Method::GET {
+                return Ok(figures.reply().map(Either::Right));
+            }
+            work.oneshot(req).await.map(|r| r.map(Either::Left))
+        }
+    });
 
     let mut stdout = tokio::io::stdout();
     stdout
@@ -244,7 +288,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             () = stdin_closed(), if stop_on_stdin => {}
         }
     };
-    deadline_http::serve::serve(listener, service, shutdown)
+    let options =
+        ServeOptions::default().header_read_timeout(Duration::from_millis(args.header_timeout));
+    deadline_http::serve::serve_with(listener, service, shutdown, options)
         .await
         .context("serving")?;
 
@@ -266,10 +312,72 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             args.name, args.drain_timeout
         );
     }
-    if let Some(log) = &log {
-        log.flush().context("flushing the log")?;
+    if let Some(log) = log {
+        let counts = tokio::task::spawn_blocking(move || log.flush(LOG_FLUSH_TIMEOUT))
+            .await
+            .context("flushing the log")??;
+        if counts.lost() > 0 {
+            bail!(
+                "{} of {} holds are missing from the log ({} dropped while the writer was behind, {} lost to write errors)",
+                counts.lost(),
+                counts.lost() + counts.written,
+                counts.dropped,
+                counts.failed
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The reserved admin path: `GET` answers this process's runtime figures as JSON. Every other
+/// path is the service's work; later admin paths (such as `/metrics`) sit beside it the same way.
+pub(crate) const RUNTIME_PATH: &str = "/debug/runtime";
+
+/// What `GET /debug/runtime` reads.
+struct Figures {
+    in_flight: Arc<AtomicUsize>,
+    log: Option<Arc<HoldLog>>,
+}
+
+/// The body of `GET /debug/runtime`.
+#[derive(Debug, serde::Serialize)]
+struct RuntimeFigures {
+    /// Tasks alive on this process's tokio runtime: one per open connection (this request's
+    /// included), one per pooled downstream connection, and the pool's own timer.
+    alive_tasks: usize,
+    /// Open file descriptors (`/proc/self/fd`, the one reading it included); null off Linux.
+    open_fds: Option<usize>,
+    /// Requests counted in and not yet out (their holds not yet reported).
+    in_flight: usize,
+    /// The hold log's counts, if there is a log.
+    log: Option<LogCounts>,
+}
+
+impl Figures {
+    fn reply(&self) -> Response<Full<Bytes>> {
+        let figures = RuntimeFigures {
+            alive_tasks: tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
+            open_fds: open_fds(),
+            in_flight: self.in_flight.load(Ordering::Acquire),
+            log: self.log.as_ref().map(|log| log.counts()),
+        };
+        let mut response = match serde_json::to_vec(&figures) {
+            Ok(body) => Response::new(Full::new(Bytes::from(body))),
+            Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")),
+        };
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}
+
+/// How many file descriptors this process has open, where `/proc` says.
+fn open_fds() -> Option<usize> {
+    std::fs::read_dir("/proc/self/fd").ok().map(Iterator::count)
 }
 
 async fn shutdown_signal() {

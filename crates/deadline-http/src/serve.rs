@@ -6,8 +6,11 @@
 //! - **`TCP_NODELAY` on every accepted socket.** With Nagle's algorithm on, a response written
 //!   in two pieces (head, then body) can wait for the client's delayed ACK: about 40 ms, the size
 //!   of the margins this project is about.
-//! - **A 30 s header-read timeout, with a timer.** hyper only enforces it when given a timer;
-//!   without one a client that never finishes its headers holds a connection forever.
+//! - **A 30 s header-read timeout, with a timer** ([`ServeOptions::header_read_timeout`] changes
+//!   it). hyper only enforces it when given a timer; without one a client that never finishes its
+//!   headers (one byte a second, say) holds a connection, a file descriptor and a task forever.
+//!   A slow client costs only that: it holds no worker slot, since the request reaches the
+//!   service only once its headers are complete.
 //! - **Hang-up detection stays on.** `half_close` is left off, so when a client closes its
 //!   connection hyper drops the request's future, and the enforce layer stops the work (see
 //!   [`enforce`](crate::enforce#caller-hang-up-what-is-detected)).
@@ -43,11 +46,36 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// descriptors), wait this long before accepting again, rather than spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-fn builder() -> http1::Builder {
+/// Settings of [`serve_with`].
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// How long a client may take to send a request's headers before its connection is closed
+    /// (default [`HEADER_READ_TIMEOUT`]).
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
+impl ServeOptions {
+    /// Sets how long a client may take to send a request's headers.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> ServeOptions {
+        self.header_read_timeout = timeout;
+        self
+    }
+}
+
+fn builder(options: &ServeOptions) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(options.header_read_timeout);
     builder
 }
 
@@ -86,9 +114,27 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    serve_with(listener, service, shutdown, ServeOptions::default()).await
+}
+
+/// As [`serve`], with [`ServeOptions`] (such as a shorter header-read timeout).
+pub async fn serve_with<S, B>(
+    listener: TcpListener,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) -> io::Result<()>
+where
+    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     // Fails early, and names the address in logs.
     let local = listener.local_addr()?;
-    let builder = builder();
+    let builder = builder(&options);
     let graceful = GracefulShutdown::new();
     let mut shutdown = pin!(shutdown);
     loop {
@@ -147,7 +193,7 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    builder()
+    builder(&ServeOptions::default())
         .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .await
 }

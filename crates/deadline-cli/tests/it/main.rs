@@ -3,6 +3,8 @@
 
 mod bench;
 mod demo;
+mod hold_log;
+mod hygiene;
 mod load;
 mod service;
 mod trace;
