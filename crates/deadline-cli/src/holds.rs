@@ -70,11 +70,12 @@ pub(crate) fn epoch_ms_now() -> f64 {
 }
 
 /// How long the writer gathers lines after the first one of a batch before writing them: every
-/// hold reaches the file within this (plus the write itself) of its end, well inside the 100 ms a
-/// `SIGKILL` may cost.
-pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(50);
+/// hold reaches the file within this (plus the write itself) of its end. A quarter of the 100 ms
+/// a `SIGKILL` may cost, so a writer thread the scheduler delays by tens of milliseconds on a busy
+/// machine still keeps the promise.
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(25);
 
-/// How many lines may wait for the writer. At 50 ms a batch this is over 150,000 holds a second;
+/// How many lines may wait for the writer. At 25 ms a batch this is over 300,000 holds a second;
 /// beyond it (a disk that stalls) lines are dropped and counted rather than slowing requests.
 /// Each waiting line is a [`HoldLine`], a few hundred bytes, so the bound is about 2 MB.
 pub(crate) const QUEUE_LINES: usize = 8_192;
@@ -123,7 +124,7 @@ impl LogCounts {
 /// it must never wait for a disk. [`write`](HoldLog::write) only puts the line in a bounded
 /// queue ([`QUEUE_LINES`]); a plain OS thread takes the first line, lets more gather for
 /// [`FLUSH_EVERY`], then writes the whole batch with one `write` call and no user-space buffer
-/// left behind. So a reader following the file sees holds within about 50 ms of their end, a
+/// left behind. So a reader following the file sees holds within about 25 ms of their end, a
 /// `SIGKILL` loses at most the last batch, and an idle service costs nothing (the thread sleeps
 /// on the queue). A write per line was measured too (see the README's log paragraph): it costs
 /// a thread wake-up and a system call per hold for no durability a reader could notice.
