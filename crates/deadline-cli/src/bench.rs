@@ -309,7 +309,7 @@ fn serve_only(args: &BenchArgs, variant: Variant) -> anyhow::Result<ExitCode> {
         println!("listening on http://{addr}");
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
-            () = crate::service::stdin_closed() => {}
+            () = crate::shutdown::stdin_closed() => {}
         }
 
         let _ = stop_tx.send(true);

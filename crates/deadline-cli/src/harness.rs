@@ -365,7 +365,7 @@ pub(crate) async fn one_user(
     wait: Duration,
 ) -> anyhow::Result<UserResult> {
     use http_body_util::BodyExt as _;
-    let mut request = http::Request::get(url).header(crate::service::REQUEST_ID, id);
+    let mut request = http::Request::get(url).header(deadline_http::enforce::REQUEST_ID_HEADER, id);
     if let Some(budget) = budget_ms {
         request = request.header(deadline::BUDGET_HEADER, budget);
     }

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::harness::{Chain, ProcessUsage, Scenario, one_user, reference, user_client};
 use crate::holds::{HoldLine, epoch_ms_now};
-use crate::service::is_slow;
+use crate::slowness::is_slow;
 use crate::svg;
 
 /// Arguments of `deadline load` (CONTRACT 4.3); the defaults are the reference scenario.
@@ -192,7 +192,12 @@ fn scenario(args: &LoadArgs) -> Scenario {
     }
 }
 
-async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyhow::Result<LoadRun> {
+/// One run of the load through a fresh chain, with or without deadlines.
+async fn run_once(
+    args: &LoadArgs,
+    deadlines: bool,
+    progress: &ProgressBar,
+) -> anyhow::Result<LoadRun> {
     let label = if deadlines {
         "load-with"
     } else {
@@ -246,7 +251,7 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
     }
     let (holds, services) = chain.stop_with_usage().await?;
     let generator = ProcessUsage::of("generator", None);
-    let mut run = figures(args, deadlines, outcomes, &holds, start_wall);
+    let mut run = summarize(args, deadlines, outcomes, &holds, start_wall);
     run.services = services;
     run.generator_cpu_ms = generator
         .cpu_ms
@@ -256,7 +261,8 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
     Ok(run)
 }
 
-fn figures(
+/// The run's figures from every user's outcome and every hold the services logged.
+fn summarize(
     args: &LoadArgs,
     deadlines: bool,
     mut outcomes: Vec<Outcome>,
@@ -430,7 +436,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     for deadlines in modes {
         let run = tokio::select! {
-            run = play(&args, deadlines, &progress) => run?,
+            run = run_once(&args, deadlines, &progress) => run?,
             _ = tokio::signal::ctrl_c() => bail!("interrupted; the services were stopped"),
         };
         runs.push(run);
@@ -438,7 +444,15 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     progress.finish_and_clear();
     let check = check(&runs);
     if let Some(path) = &args.svg {
-        let picture = svg::load_chart(&runs, &args.describe());
+        let lines: Vec<svg::ChartLine<'_>> = runs
+            .iter()
+            .map(|run| svg::ChartLine {
+                deadlines: run.deadlines,
+                in_time_share: run.in_time_share,
+                in_time_share_by_second: &run.in_time_share_by_second,
+            })
+            .collect();
+        let picture = svg::load_chart(&lines, &args.describe());
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {

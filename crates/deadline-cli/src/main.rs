@@ -8,6 +8,8 @@ mod harness;
 mod holds;
 mod load;
 mod service;
+mod shutdown;
+mod slowness;
 mod svg;
 mod trace_cmd;
 
