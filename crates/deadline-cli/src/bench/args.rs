@@ -21,7 +21,7 @@ pub(crate) struct BenchArgs {
     /// Milliseconds of warm-up before each measured window (requests sent, not counted).
     #[arg(long, default_value_t = 300)]
     pub(crate) warmup_ms: u64,
-    /// The variants to run, comma-separated (default: all four).
+    /// The variants to run, comma-separated (default: all six).
     #[arg(long, value_delimiter = ',')]
     pub(crate) variants: Option<Vec<Variant>>,
     /// The budget every request carries, in ms.
@@ -40,6 +40,19 @@ pub(crate) struct BenchArgs {
     /// The address `--serve` listens on.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub(crate) listen: SocketAddr,
+    /// Send exactly `--requests` requests to a `--serve` server at this address, one at a time
+    /// over one keep-alive connection, then exit (failing on any answer but 200). The fixed
+    /// client for counting a server's instructions per request; measures nothing itself.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        requires = "requests",
+        conflicts_with = "serve"
+    )]
+    pub(crate) target: Option<SocketAddr>,
+    /// How many requests `--target` sends.
+    #[arg(long, requires = "target")]
+    pub(crate) requests: Option<u64>,
 }
 
 impl BenchArgs {
@@ -60,6 +73,9 @@ impl BenchArgs {
         if self.rounds == 0 {
             bail!("--rounds must be at least 1");
         }
+        if self.requests == Some(0) {
+            bail!("--requests must be at least 1");
+        }
         if self.server_threads == 0 {
             bail!("--server-threads must be at least 1");
         }
@@ -75,18 +91,25 @@ pub(crate) enum Variant {
     Bare,
     /// The handler behind the enforce layer.
     Enforce,
+    /// The handler behind what a Rust service uses today instead: tower-http's timeout over
+    /// tower's concurrency limit.
+    Peer,
     /// Two bare hops: the edge calls the second with a plain pooled client.
     ChainBare,
     /// Two hops behind the enforce layer, the edge calling through the propagate layer.
     ChainDeadline,
+    /// Two `peer` hops, the edge calling the second with reqwest and a per-request timeout.
+    ChainPeer,
 }
 
 impl Variant {
-    pub(crate) const ALL: [Variant; 4] = [
+    pub(crate) const ALL: [Variant; 6] = [
         Variant::Bare,
         Variant::Enforce,
+        Variant::Peer,
         Variant::ChainBare,
         Variant::ChainDeadline,
+        Variant::ChainPeer,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -94,16 +117,21 @@ impl Variant {
             Variant::Bare => "bare",
             Variant::Enforce => "enforce",
             Variant::ChainBare => "chain-bare",
+            Variant::Peer => "peer",
             Variant::ChainDeadline => "chain-deadline",
+            Variant::ChainPeer => "chain-peer",
         }
     }
 
-    /// The variant this one is compared with, if it is a layered one.
-    pub(crate) fn baseline(self) -> Option<Variant> {
+    /// The variants this one is compared with: a layered variant with its bare twin, and the
+    /// deadline layers with the peer stack as well.
+    pub(crate) fn baselines(self) -> &'static [Variant] {
         match self {
-            Variant::Enforce => Some(Variant::Bare),
-            Variant::ChainDeadline => Some(Variant::ChainBare),
-            Variant::Bare | Variant::ChainBare => None,
+            Variant::Enforce => &[Variant::Bare, Variant::Peer],
+            Variant::Peer => &[Variant::Bare],
+            Variant::ChainDeadline => &[Variant::ChainBare, Variant::ChainPeer],
+            Variant::ChainPeer => &[Variant::ChainBare],
+            Variant::Bare | Variant::ChainBare => &[],
         }
     }
 }

@@ -148,6 +148,30 @@ async fn connection(
     tally
 }
 
+/// Sends `count` requests to `addr` one at a time over one keep-alive connection: the fixed
+/// client of an instruction count, so every run sends the server the same bytes in the same
+/// order. Fails on a connection error or on any answer but 200.
+pub(crate) async fn send_sequentially(
+    addr: SocketAddr,
+    request: &[u8],
+    count: u64,
+) -> anyhow::Result<()> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_nodelay(true)?;
+    let mut buf = Vec::with_capacity(4096);
+    for n in 1..=count {
+        let status = exchange(&mut stream, request, &mut buf)
+            .await
+            .with_context(|| format!("request {n} of {count}"))?;
+        if status != 200 {
+            bail!("request {n} of {count} was answered {status}");
+        }
+    }
+    Ok(())
+}
+
 /// Writes `request` and reads one whole answer (a `content-length` body), returning its status.
 async fn exchange(
     stream: &mut TcpStream,

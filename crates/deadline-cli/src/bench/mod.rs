@@ -1,13 +1,18 @@
 //! `deadline bench`: what the layers cost over real loopback HTTP, side by side in one run.
 //!
-//! Four servers answer the same trivial handler (`200 ok`, three bytes):
+//! Six servers answer the same trivial handler (`200 ok`, three bytes):
 //!
 //! | variant | what |
 //! |---|---|
 //! | `bare` | the handler on plain hyper (this crate's `serve`: hyper's HTTP/1, `TCP_NODELAY`) |
-//! | `enforce` | the same behind `EnforceDeadlineLayer` |
+//! | `enforce` | the same behind `EnforceDeadlineLayer` (no slots) |
+//! | `peer` | the same behind what a Rust service uses today instead: tower-http's `TimeoutLayer` (2 s, 504) over tower's `ConcurrencyLimitLayer` (1024, never full here) |
 //! | `chain-bare` | an edge whose handler calls a second `bare` server with hyper-util's pooled client, two hops |
 //! | `chain-deadline` | the edge behind the enforce layer calls through `DeadlineClient` (the propagate layer over the same pooled client) a second server behind the enforce layer |
+//! | `chain-peer` | two `peer` hops, the edge calling the second with reqwest (pooled, HTTP/1) and a 1 s per-request timeout |
+//!
+//! Ratios compare each layered variant with its bare twin, and the deadline layers with the
+//! peers (`enforce / peer`, `chain-deadline / chain-peer`).
 //!
 //! Every request carries `Deadline-Budget-Ms` (the bare servers ignore it), so the bytes on the
 //! wire are the same for every variant. The generator holds `--connections` keep-alive HTTP/1.1
@@ -26,6 +31,14 @@
 //! from `/proc/self/task/TID/schedstat` around each measured window (Linux; elsewhere the CPU
 //! columns are empty), which says both what a request costs the server and whether the server
 //! was the bottleneck (busy near 100 %) or the generator was.
+//!
+//! # Counting instructions
+//!
+//! Requests per second move with whatever else the machine runs; instructions do not.
+//! `--serve VARIANT` serves one variant until standard input closes, and `--target ADDR
+//! --requests N` is a fixed client for it: N requests, one at a time over one connection, the
+//! same bytes every time. `scripts/callgrind.sh` runs the server under callgrind with two
+//! request counts and divides the difference.
 
 mod args;
 mod generator;
@@ -44,7 +57,7 @@ use tokio::sync::watch;
 
 pub(crate) use args::BenchArgs;
 use args::Variant;
-use generator::{Window, drive, request_bytes};
+use generator::{Window, drive, request_bytes, send_sequentially};
 use machine::{current_tid, load_average};
 use report::{Report, VariantSummary, merge, ratios, table};
 use servers::{Servers, serve_variant, server_runtime};
@@ -55,6 +68,17 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         return serve_only(args, variant);
     }
     args.validate()?;
+    if let (Some(target), Some(count)) = (args.target, args.requests) {
+        let client = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        client.block_on(send_sequentially(
+            target,
+            &request_bytes(target, args.budget),
+            count,
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let variants = args
         .variants
         .clone()

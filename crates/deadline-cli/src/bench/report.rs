@@ -49,7 +49,8 @@ pub(crate) struct VariantSummary {
     pub(crate) client_busy: Option<f64>,
 }
 
-/// A layered variant against its bare twin.
+/// A variant against one of its baselines: a layered variant against its bare twin, or the
+/// deadline layers against the peer stack.
 #[derive(Debug, Serialize)]
 pub(crate) struct Ratio {
     variant: Variant,
@@ -106,15 +107,20 @@ pub(crate) fn merge(
     })
 }
 
-/// Each layered variant against its bare twin, where both ran.
+/// Each variant against each of its baselines that ran.
 pub(crate) fn ratios(summaries: &[VariantSummary]) -> Vec<Ratio> {
     let find = |v: Variant| summaries.iter().find(|f| f.variant == v);
     summaries
         .iter()
-        .filter_map(|f| {
-            let base = find(f.variant.baseline()?)?;
+        .flat_map(|f| {
+            f.variant
+                .baselines()
+                .iter()
+                .filter_map(move |b| find(*b).map(|base| (f, base)))
+        })
+        .map(|(f, base)| {
             let added = |a: u64, b: u64| a as i64 - b as i64;
-            Some(Ratio {
+            Ratio {
                 variant: f.variant,
                 baseline: base.variant,
                 throughput_ratio: f.requests_per_second
@@ -133,7 +139,7 @@ pub(crate) fn ratios(summaries: &[VariantSummary]) -> Vec<Ratio> {
                     .server_cpu_us_per_request
                     .zip(base.server_cpu_us_per_request)
                     .map(|(a, b)| a - b),
-            })
+            }
         })
         .collect()
 }

@@ -18,7 +18,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tower::{Layer, service_fn};
+use tower::limit::ConcurrencyLimitLayer;
+use tower::{Layer, ServiceBuilder, service_fn};
+use tower_http::timeout::TimeoutLayer;
 
 use super::args::Variant;
 use super::machine::current_tid;
@@ -126,6 +128,65 @@ async fn ok<B>(_request: Request<B>) -> Result<Response<Full<Bytes>>, std::conve
     Ok(Response::new(Full::new(Bytes::from_static(b"ok\n"))))
 }
 
+/// The peer stack's whole-request timeout: about the budget every request carries.
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The peer stack's concurrency limit: far above the generator's connections, so requests never
+/// wait for it, as the enforce variant (which has no slots) never waits either. The peer still
+/// pays for taking and giving back a permit on every request.
+const PEER_CONCURRENCY: usize = 1_024;
+
+/// The chain edges' per-call timeout (the peer's reqwest timeout, the propagate layer's
+/// per-attempt timeout).
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a Rust service uses today where this library's enforce layer would go: tower-http's
+/// `TimeoutLayer` (a 504 when the whole request runs past [`PEER_TIMEOUT`]) over tower's
+/// `ConcurrencyLimitLayer`.
+fn peer_stack<S>(inner: S) -> tower_http::timeout::Timeout<tower::limit::ConcurrencyLimit<S>> {
+    ServiceBuilder::new()
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::GATEWAY_TIMEOUT,
+            PEER_TIMEOUT,
+        ))
+        .layer(ConcurrencyLimitLayer::new(PEER_CONCURRENCY))
+        .service(inner)
+}
+
+/// The peer chain's client: reqwest (HTTP/1 only, no TLS, no proxy lookup), `TCP_NODELAY` on.
+fn reqwest_client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .build()
+        .context("building the reqwest client")
+}
+
+/// What a peer chain edge answers once its downstream has: the downstream's status and body.
+async fn relay_reqwest(result: reqwest::Result<reqwest::Response>) -> Response<Full<Bytes>> {
+    let failed = |err: reqwest::Error| {
+        let status = if err.is_timeout() {
+            StatusCode::GATEWAY_TIMEOUT
+        } else {
+            StatusCode::BAD_GATEWAY
+        };
+        (status, Bytes::from(format!("{err}\n")))
+    };
+    let (status, body) = match result {
+        Ok(response) => {
+            let status = response.status();
+            match response.bytes().await {
+                Ok(body) => (status, body),
+                Err(err) => failed(err),
+            }
+        }
+        Err(err) => failed(err),
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response
+}
+
 /// The client both chain edges use: hyper-util's pooled HTTP/1 client, `TCP_NODELAY` on.
 fn pooled_client() -> Client<HttpConnector, Full<Bytes>> {
     let mut connector = HttpConnector::new();
@@ -168,6 +229,22 @@ pub(crate) async fn serve_variant(
             let service = EnforceDeadlineLayer::new("bench").layer(service_fn(ok));
             deadline_http::serve(listener, service, until(stop)).await?;
         }
+        Variant::Peer => {
+            deadline_http::serve(listener, peer_stack(service_fn(ok)), until(stop)).await?;
+        }
+        Variant::ChainPeer => {
+            let second = TcpListener::bind("127.0.0.1:0").await?;
+            let url = format!("http://{}/bench", second.local_addr()?);
+            let client = reqwest_client()?;
+            let edge = service_fn(move |_request: Request<Incoming>| {
+                let call = client.get(&url).timeout(CALL_TIMEOUT);
+                async move { Ok::<_, std::convert::Infallible>(relay_reqwest(call.send().await).await) }
+            });
+            tokio::try_join!(
+                deadline_http::serve(second, peer_stack(service_fn(ok)), until(stop.clone())),
+                deadline_http::serve(listener, peer_stack(edge), until(stop)),
+            )?;
+        }
         Variant::ChainBare | Variant::ChainDeadline => {
             let second = TcpListener::bind("127.0.0.1:0").await?;
             let uri: Uri = format!("http://{}/bench", second.local_addr()?).parse()?;
@@ -187,7 +264,7 @@ pub(crate) async fn serve_variant(
                     deadline_http::serve(listener, edge, until(stop)),
                 )?;
             } else {
-                let policy = CallPolicy::new(Duration::from_secs(1), 3)?;
+                let policy = CallPolicy::new(CALL_TIMEOUT, 3)?;
                 let client = DeadlineClient::from_client(client, policy).target("second");
                 let edge = service_fn(move |_request: Request<Incoming>| {
                     let (client, uri) = (client.clone(), uri.clone());
