@@ -35,7 +35,7 @@ enum Command {
     Load(load::LoadArgs),
     /// Decode a Deadline-Trace header into a readable tree (or JSON).
     Trace(trace_cmd::TraceArgs),
-    /// What the layers cost over loopback HTTP: bare and layered servers side by side.
+    /// What the layers cost over loopback HTTP: bare, layered and peer servers side by side.
     Bench(bench::BenchArgs),
 }
 
