@@ -34,7 +34,7 @@ pub(crate) struct Hop {
     pub args: Vec<String>,
 }
 
-/// The reference scenario's timeouts (CONTRACT 4.2): gateway -> orders 3.5 s x 3 attempts,
+/// The reference scenario's timeouts: gateway -> orders 3.5 s x 3 attempts,
 /// orders works 20 ms, then orders -> inventory 1 s x 3 attempts.
 pub(crate) mod reference {
     /// Gateway -> orders timeout per attempt, ms.

@@ -24,7 +24,7 @@ use crate::holds::{HoldLine, epoch_ms_now};
 use crate::slowness::is_slow;
 use crate::svg;
 
-/// Arguments of `deadline load` (CONTRACT 4.3); the defaults are the reference scenario.
+/// Arguments of `deadline load`; the defaults are the reference scenario.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct LoadArgs {
     /// New users per second.
@@ -37,7 +37,7 @@ pub(crate) struct LoadArgs {
     /// with < 1 % of worker time after users left, and the run without wasted most of its time.
     #[arg(long)]
     check: bool,
-    /// Print one JSON document (CONTRACT 6) instead of the table.
+    /// Print one JSON document instead of the table (fields: the README's "Machine-readable output").
     #[arg(long)]
     json: bool,
     /// Draw the share answered in time, second by second, for both runs.
@@ -81,7 +81,7 @@ pub(crate) struct LoadArgs {
     seed: u64,
 }
 
-/// One run's figures. Field names are part of the interface (CONTRACT 6).
+/// One run's figures. Field names are part of the interface (the README's "Machine-readable output").
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct LoadRun {
     pub(crate) deadlines: bool,

@@ -27,7 +27,7 @@ use crate::holds::{HoldLine, HoldLog, epoch_ms_now};
 use crate::shutdown::{shutdown_signal, stdin_closed};
 use crate::slowness::is_slow;
 
-/// Arguments of `deadline service` (CONTRACT 4.1).
+/// Arguments of `deadline service`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ServiceArgs {
     /// This hop's name, in traces, 504 bodies and the log.
