@@ -20,7 +20,7 @@ pub(crate) struct DemoArgs {
     /// Draw the timeline of every worker hold to this SVG file.
     #[arg(long)]
     svg: Option<PathBuf>,
-    /// Print one JSON document (CONTRACT 6) instead of the summary.
+    /// Print one JSON document instead of the summary (fields: the README's "Machine-readable output").
     #[arg(long)]
     json: bool,
     /// How long the user waits, in ms; they send this less 50 ms as their budget.
@@ -31,7 +31,7 @@ pub(crate) struct DemoArgs {
     inventory_work: u64,
 }
 
-/// One run's figures. Field names are part of the interface (CONTRACT 6).
+/// One run's figures. Field names are part of the interface (the README's "Machine-readable output").
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DemoRun {
     pub(crate) deadlines: bool,
@@ -56,7 +56,8 @@ struct DemoReport<'a> {
     runs: &'a [DemoRun],
 }
 
-async fn play(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
+/// The slow request once through a fresh chain, with or without deadlines.
+async fn run_once(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
     let label = if deadlines {
         "demo-with"
     } else {
@@ -74,10 +75,11 @@ async fn play(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
     let budget = args.user_wait.saturating_sub(50).max(1);
     let user = one_user(&client, &url, "demo-1", Some(budget), wait).await?;
     let holds = chain.stop().await?;
-    Ok(figures(deadlines, &user, holds, user.sent_ms))
+    Ok(summarize(deadlines, &user, holds, user.sent_ms))
 }
 
-fn figures(deadlines: bool, user: &UserResult, holds: Vec<HoldLine>, start_ms: f64) -> DemoRun {
+/// The run's figures from what the user saw and every hold the services logged.
+fn summarize(deadlines: bool, user: &UserResult, holds: Vec<HoldLine>, start_ms: f64) -> DemoRun {
     let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;
     let left_at = user.left_ms;
     let calls: Vec<&HoldLine> = holds.iter().filter(|h| h.service != "gateway").collect();
@@ -118,7 +120,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::with_capacity(2);
     for deadlines in [false, true] {
         let run = tokio::select! {
-            run = play(&args, deadlines) => run?,
+            run = run_once(&args, deadlines) => run?,
             _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
         };
         if !args.json {
@@ -127,7 +129,8 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         runs.push(run);
     }
     if let Some(path) = &args.svg {
-        let picture = svg::demo_timeline(&runs, args.user_wait as f64);
+        let timeline: Vec<svg::TimelineRun<'_>> = runs.iter().map(DemoRun::timeline).collect();
+        let picture = svg::demo_timeline(&timeline, args.user_wait as f64);
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
@@ -248,22 +251,25 @@ fn print_comparison(runs: &[DemoRun]) {
 }
 
 impl DemoRun {
-    pub(crate) fn deadlines(&self) -> bool {
-        self.deadlines
-    }
-
-    pub(crate) fn holds(&self) -> &[HoldLine] {
-        &self.holds
-    }
-
-    pub(crate) fn start_ms(&self) -> f64 {
-        self.start_ms
-    }
-
-    pub(crate) fn user_left_ms(&self) -> f64 {
+    fn user_left_ms(&self) -> f64 {
         self.user_heard_back_ms
             .or(self.user_gave_up_ms)
             .unwrap_or(0.0)
+    }
+
+    /// What the timeline draws of this run.
+    fn timeline(&self) -> svg::TimelineRun<'_> {
+        svg::TimelineRun {
+            deadlines: self.deadlines,
+            holds: &self.holds,
+            start_ms: self.start_ms,
+            user_status: self.user_status,
+            user_heard_back_ms: self.user_heard_back_ms,
+            user_left_ms: self.user_left_ms(),
+            calls: self.calls,
+            calls_after_user_left: self.calls_after_user_left,
+            last_work_end_ms: self.last_work_end_ms,
+        }
     }
 }
 

@@ -34,7 +34,7 @@ pub(crate) struct Hop {
     pub args: Vec<String>,
 }
 
-/// The reference scenario's timeouts (CONTRACT 4.2): gateway -> orders 3.5 s x 3 attempts,
+/// The reference scenario's timeouts: gateway -> orders 3.5 s x 3 attempts,
 /// orders works 20 ms, then orders -> inventory 1 s x 3 attempts.
 pub(crate) mod reference {
     /// Gateway -> orders timeout per attempt, ms.
@@ -373,7 +373,7 @@ pub(crate) async fn one_user(
     wait: Duration,
 ) -> anyhow::Result<UserResult> {
     use http_body_util::BodyExt as _;
-    let mut request = http::Request::get(url).header(crate::service::REQUEST_ID, id);
+    let mut request = http::Request::get(url).header(deadline_http::enforce::REQUEST_ID_HEADER, id);
     if let Some(budget) = budget_ms {
         request = request.header(deadline::BUDGET_HEADER, budget);
     }

@@ -22,10 +22,10 @@ use tokio::time::Instant;
 use crate::harness::{Chain, ProcessUsage, Scenario, one_user, reference, user_client};
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
-use crate::service::is_slow;
+use crate::slowness::is_slow;
 use crate::svg;
 
-/// Arguments of `deadline load` (CONTRACT 4.3); the defaults are the reference scenario.
+/// Arguments of `deadline load`; the defaults are the reference scenario.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct LoadArgs {
     /// New users per second.
@@ -38,7 +38,7 @@ pub(crate) struct LoadArgs {
     /// with < 1 % of worker time after users left, and the run without wasted most of its time.
     #[arg(long)]
     check: bool,
-    /// Print one JSON document (CONTRACT 6) instead of the table.
+    /// Print one JSON document instead of the table (fields: the README's "Machine-readable output").
     #[arg(long)]
     json: bool,
     /// Draw the share answered in time, second by second, for both runs.
@@ -82,7 +82,7 @@ pub(crate) struct LoadArgs {
     seed: u64,
 }
 
-/// One run's figures. Field names are part of the interface (CONTRACT 6).
+/// One run's figures. Field names are part of the interface (the README's "Machine-readable output").
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct LoadRun {
     pub(crate) deadlines: bool,
@@ -196,7 +196,12 @@ fn scenario(args: &LoadArgs) -> Scenario {
     }
 }
 
-async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyhow::Result<LoadRun> {
+/// One run of the load through a fresh chain, with or without deadlines.
+async fn run_once(
+    args: &LoadArgs,
+    deadlines: bool,
+    progress: &ProgressBar,
+) -> anyhow::Result<LoadRun> {
     let label = if deadlines {
         "load-with"
     } else {
@@ -255,7 +260,7 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
     let hygiene = hygiene::settle(&chain, &idle, Instant::now()).await?;
     let (holds, services) = chain.stop_with_usage().await?;
     let generator = ProcessUsage::of("generator", None);
-    let mut run = figures(args, deadlines, outcomes, &holds, start_wall);
+    let mut run = summarize(args, deadlines, outcomes, &holds, start_wall);
     run.services = services;
     run.generator_cpu_ms = generator
         .cpu_ms
@@ -266,7 +271,8 @@ async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyho
     Ok(run)
 }
 
-fn figures(
+/// The run's figures from every user's outcome and every hold the services logged.
+fn summarize(
     args: &LoadArgs,
     deadlines: bool,
     mut outcomes: Vec<Outcome>,
@@ -445,7 +451,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     for deadlines in modes {
         let run = tokio::select! {
-            run = play(&args, deadlines, &progress) => run?,
+            run = run_once(&args, deadlines, &progress) => run?,
             _ = tokio::signal::ctrl_c() => bail!("interrupted; the services were stopped"),
         };
         runs.push(run);
@@ -453,7 +459,15 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     progress.finish_and_clear();
     let check = check(&runs);
     if let Some(path) = &args.svg {
-        let picture = svg::load_chart(&runs, &args.describe());
+        let lines: Vec<svg::ChartLine<'_>> = runs
+            .iter()
+            .map(|run| svg::ChartLine {
+                deadlines: run.deadlines,
+                in_time_share: run.in_time_share,
+                in_time_share_by_second: &run.in_time_share_by_second,
+            })
+            .collect();
+        let picture = svg::load_chart(&lines, &args.describe());
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {

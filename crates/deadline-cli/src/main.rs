@@ -9,6 +9,8 @@ mod holds;
 mod hygiene;
 mod load;
 mod service;
+mod shutdown;
+mod slowness;
 mod svg;
 mod trace_cmd;
 
@@ -34,7 +36,7 @@ enum Command {
     Load(load::LoadArgs),
     /// Decode a Deadline-Trace header into a readable tree (or JSON).
     Trace(trace_cmd::TraceArgs),
-    /// What the layers cost over loopback HTTP: bare and layered servers side by side.
+    /// What the layers cost over loopback HTTP: bare, layered and peer servers side by side.
     Bench(bench::BenchArgs),
 }
 

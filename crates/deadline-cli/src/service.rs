@@ -14,7 +14,7 @@ use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
-use deadline_http::enforce::{EnforceDeadlineLayer, Hold};
+use deadline_http::enforce::{EnforceDeadlineLayer, Hold, REQUEST_ID_HEADER};
 use deadline_http::propagate::DeadlineClient;
 use deadline_http::serve::ServeOptions;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
@@ -27,14 +27,13 @@ use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt as _};
 
 use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
-
-/// The request id header, forwarded downstream and made at the edge when absent.
-pub(crate) use deadline_http::enforce::REQUEST_ID_HEADER as REQUEST_ID;
+use crate::shutdown::{shutdown_signal, stdin_closed};
+use crate::slowness::is_slow;
 
 /// How long the last write of the log may take at exit before the service gives up on it.
 const LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Arguments of `deadline service` (CONTRACT 4.1).
+/// Arguments of `deadline service`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ServiceArgs {
     /// This hop's name, in traces, 504 bodies and the log.
@@ -111,34 +110,15 @@ pub(crate) struct ServiceArgs {
     pub exit_on_stdin_close: bool,
 }
 
-/// What every request of one service shares.
-struct State {
+/// What the handler needs for every request of one service: its name, how long to work, the
+/// slowness rule, and the downstream to call.
+struct HandlerConfig {
     name: String,
     work: Duration,
     slow_work: Duration,
     slow_share: f64,
     seed: u64,
     downstream: Option<(String, DeadlineClient)>,
-}
-
-/// Whether request `id` is one of the slow ones: a hash of the id and seed, so the same requests
-/// are slow in every run and at every hop, and every attempt of a slow request is slow.
-pub(crate) fn is_slow(id: &str, seed: u64, share: f64) -> bool {
-    if share <= 0.0 {
-        return false;
-    }
-    // FNV-1a, then a splitmix64 finaliser so nearby ids spread evenly.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    for b in id.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^= h >> 31;
-    ((h >> 11) as f64 / (1u64 << 53) as f64) < share
 }
 
 fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
@@ -210,7 +190,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
-    let state = Arc::new(State {
+    let config = Arc::new(HandlerConfig {
         name: args.name.clone(),
         work: Duration::from_millis(args.work),
         slow_work: Duration::from_millis(args.slow_work),
@@ -246,19 +226,19 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             // give unrelated requests one shared id (and one shared slowness decision).
             let usable = req
                 .headers()
-                .get(REQUEST_ID)
+                .get(REQUEST_ID_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|id| !id.trim().is_empty());
             if !usable {
                 if let Ok(id) = HeaderValue::from_str(&ids.next()) {
-                    req.headers_mut().insert(REQUEST_ID, id);
+                    req.headers_mut().insert(REQUEST_ID_HEADER, id);
                 }
             }
             req
         })
         .layer(enforce)
-        .service_fn(move |req| handle(state.clone(), req));
-    let figures = Arc::new(Figures {
+        .service_fn(move |req| handle(config.clone(), req));
+    let probe = Arc::new(RuntimeProbe {
         in_flight: in_flight.clone(),
         log: log.clone(),
     });
@@ -266,10 +246,10 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     // layer: it never waits for a slot, is never logged and never reaches the work.
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let work = work.clone();
-        let figures = figures.clone();
+        let probe = probe.clone();
         async move {
             if req.uri().path() == RUNTIME_PATH && req.method() == http::Method::GET {
-                return Ok(figures.reply().map(Either::Right));
+                return Ok(probe.reply().map(Either::Right));
             }
             work.oneshot(req).await.map(|r| r.map(Either::Left))
         }
@@ -334,7 +314,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
 pub(crate) const RUNTIME_PATH: &str = "/debug/runtime";
 
 /// What `GET /debug/runtime` reads.
-struct Figures {
+struct RuntimeProbe {
     in_flight: Arc<AtomicUsize>,
     log: Option<Arc<HoldLog>>,
 }
@@ -353,7 +333,7 @@ struct RuntimeFigures {
     log: Option<LogCounts>,
 }
 
-impl Figures {
+impl RuntimeProbe {
     fn reply(&self) -> Response<Full<Bytes>> {
         let figures = RuntimeFigures {
             alive_tasks: tokio::runtime::Handle::current()
@@ -378,60 +358,6 @@ impl Figures {
 /// How many file descriptors this process has open, where `/proc` says.
 fn open_fds() -> Option<usize> {
     std::fs::read_dir("/proc/self/fd").ok().map(Iterator::count)
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-}
-
-/// Resolves when standard input reaches its end (or fails).
-///
-/// The read runs on a plain OS thread of its own, not on tokio's blocking pool: a blocking read
-/// cannot be cancelled, and a runtime waits for its blocking-pool threads when it shuts down, so
-/// a service stopped by a signal while its stdin was still open would never exit. A detached
-/// thread ends with the process instead.
-pub(crate) async fn stdin_closed() {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let spawned = std::thread::Builder::new()
-        .name("stdin-watch".into())
-        .spawn(move || {
-            use std::io::Read as _;
-            let mut stdin = std::io::stdin();
-            let mut buf = [0u8; 64];
-            while let Ok(n) = stdin.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-            }
-            let _ = tx.send(());
-        });
-    match spawned {
-        // Resolves when the thread sends, or drops the sender.
-        Ok(_) => {
-            let _ = rx.await;
-        }
-        // No thread: never resolve, and rely on the signals.
-        Err(_) => std::future::pending().await,
-    }
 }
 
 /// Makes request ids at the edge: the service name, a per-process prefix and a counter.
@@ -468,26 +394,26 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 }
 
 async fn handle(
-    state: Arc<State>,
+    config: Arc<HandlerConfig>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let id = req
         .headers()
-        .get(REQUEST_ID)
+        .get(REQUEST_ID_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let slow = is_slow(&id, state.seed, state.slow_share);
-    let work = if slow { state.slow_work } else { state.work };
+    let slow = is_slow(&id, config.seed, config.slow_share);
+    let work = if slow { config.slow_work } else { config.work };
     let started = Instant::now();
     tokio::time::sleep(work).await;
 
-    let Some((base, client)) = &state.downstream else {
+    let Some((base, client)) = &config.downstream else {
         return Ok(text(
             StatusCode::OK,
             format!(
                 "{}: done in {} ms\n",
-                state.name,
+                config.name,
                 started.elapsed().as_millis()
             ),
         ));
@@ -495,14 +421,14 @@ async fn handle(
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let mut call = Request::get(format!("{base}{path}"));
     if let Ok(value) = HeaderValue::from_str(&id) {
-        call = call.header(REQUEST_ID, value);
+        call = call.header(REQUEST_ID_HEADER, value);
     }
     let call = match call.body(Full::new(Bytes::new())) {
         Ok(call) => call,
         Err(err) => {
             return Ok(text(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: bad downstream request: {err}\n", state.name),
+                format!("{}: bad downstream request: {err}\n", config.name),
             ));
         }
     };
@@ -518,22 +444,22 @@ async fn handle(
             } else if status == StatusCode::GATEWAY_TIMEOUT {
                 text(
                     StatusCode::GATEWAY_TIMEOUT,
-                    format!("{}: downstream answered 504: {body}", state.name),
+                    format!("{}: downstream answered 504: {body}", config.name),
                 )
             } else {
                 text(
                     StatusCode::BAD_GATEWAY,
-                    format!("{}: downstream answered {status}: {body}", state.name),
+                    format!("{}: downstream answered {status}: {body}", config.name),
                 )
             }
         }
         Err(err) if err.is_deadline() => text(
             StatusCode::GATEWAY_TIMEOUT,
-            format!("deadline exceeded at {}: {err}\n", state.name),
+            format!("deadline exceeded at {}: {err}\n", config.name),
         ),
         Err(err) => text(
             StatusCode::BAD_GATEWAY,
-            format!("{}: downstream failed: {err}\n", state.name),
+            format!("{}: downstream failed: {err}\n", config.name),
         ),
     })
 }
@@ -556,32 +482,5 @@ fn hold_line(hold: &Hold) -> HoldLine {
         queued_ms: hold.queued.as_secs_f64() * 1_000.0,
         worked_ms: hold.worked.as_secs_f64() * 1_000.0,
         reply_written: hold.reply_written,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slowness_is_a_property_of_the_request_id() {
-        let slow: Vec<bool> = (0..10_000)
-            .map(|i| is_slow(&format!("load-{i}"), 7, 0.05))
-            .collect();
-        let again: Vec<bool> = (0..10_000)
-            .map(|i| is_slow(&format!("load-{i}"), 7, 0.05))
-            .collect();
-        assert_eq!(slow, again, "the same ids are slow every time");
-        let share = slow.iter().filter(|s| **s).count() as f64 / 10_000.0;
-        assert!(
-            (0.04..0.06).contains(&share),
-            "about 5 % are slow, got {share}"
-        );
-        let other_seed = (0..10_000)
-            .filter(|i| is_slow(&format!("load-{i}"), 8, 0.05))
-            .count();
-        assert_ne!(other_seed, 0);
-        assert!(!is_slow("x", 1, 0.0));
-        assert!(is_slow("x", 1, 1.0));
     }
 }

@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 
-use crate::demo::DemoRun;
 use crate::holds::HoldLine;
 
 const WIDTH: f64 = 960.0;
@@ -66,17 +65,51 @@ fn lanes(holds: &[&HoldLine]) -> Vec<usize> {
         .collect()
 }
 
+/// One demo run as the timeline draws it: plain data, so this module depends on no command.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TimelineRun<'a> {
+    /// Whether the services ran with deadlines.
+    pub(crate) deadlines: bool,
+    /// Every worker hold the services logged.
+    pub(crate) holds: &'a [HoldLine],
+    /// When the user sent the request (epoch ms): the timeline's zero.
+    pub(crate) start_ms: f64,
+    /// The status the user heard, if they heard one.
+    pub(crate) user_status: Option<u16>,
+    /// When the user heard back, in ms from the start.
+    pub(crate) user_heard_back_ms: Option<f64>,
+    /// When the user stopped waiting, in ms from the start.
+    pub(crate) user_left_ms: f64,
+    /// Calls between services.
+    pub(crate) calls: usize,
+    /// Calls that arrived after the user left.
+    pub(crate) calls_after_user_left: usize,
+    /// When the last piece of work ended, in ms from the start.
+    pub(crate) last_work_end_ms: f64,
+}
+
+/// One load run as the chart draws it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChartLine<'a> {
+    /// Whether the services ran with deadlines.
+    pub(crate) deadlines: bool,
+    /// Share of all users answered in time.
+    pub(crate) in_time_share: f64,
+    /// Share answered in time among users sent in each second of the run.
+    pub(crate) in_time_share_by_second: &'a [f64],
+}
+
 /// The demo's timeline: for each run, one row per service and one bar per worker hold, split at
 /// the moment the user stopped waiting.
-pub(crate) fn demo_timeline(runs: &[DemoRun], user_wait_ms: f64) -> String {
+pub(crate) fn demo_timeline(runs: &[TimelineRun<'_>], user_wait_ms: f64) -> String {
     let services = ["gateway", "orders", "inventory"];
     let horizon_ms = runs
         .iter()
         .map(|r| {
-            r.holds()
+            r.holds
                 .iter()
                 .filter_map(|h| h.end_ms)
-                .map(|e| e - r.start_ms())
+                .map(|e| e - r.start_ms)
                 .fold(0.0, f64::max)
         })
         .fold(user_wait_ms, f64::max);
@@ -97,7 +130,7 @@ pub(crate) fn demo_timeline(runs: &[DemoRun], user_wait_ms: f64) -> String {
             .iter()
             .map(|service| {
                 let mut holds: Vec<&HoldLine> = run
-                    .holds()
+                    .holds
                     .iter()
                     .filter(|h| h.service == *service && h.start_ms.is_some())
                     .collect();
@@ -132,7 +165,7 @@ pub(crate) fn demo_timeline(runs: &[DemoRun], user_wait_ms: f64) -> String {
     );
     let mut y = 50.0;
     for ((run, rows), panel_height) in panels.iter().zip(&panel_heights) {
-        let left = run.user_left_ms();
+        let left = run.user_left_ms;
         let heard = match run.user_heard_back_ms {
             Some(at) => format!(
                 "user heard {} at {:.2} s",
@@ -143,7 +176,7 @@ pub(crate) fn demo_timeline(runs: &[DemoRun], user_wait_ms: f64) -> String {
         };
         let title = format!(
             "{}: {heard}; {} calls, {} after the user left; work until {:.2} s",
-            if run.deadlines() {
+            if run.deadlines {
                 "With deadlines"
             } else {
                 "Without deadlines"
@@ -179,7 +212,7 @@ pub(crate) fn demo_timeline(runs: &[DemoRun], user_wait_ms: f64) -> String {
                 let (Some(start), Some(end)) = (hold.start_ms, hold.end_ms) else {
                     continue;
                 };
-                let (start, end) = (start - run.start_ms(), end - run.start_ms());
+                let (start, end) = (start - run.start_ms, end - run.start_ms);
                 let bar_y = row_y + 5.0 + *lane as f64 * LANE;
                 let split = left.clamp(start, end);
                 for (from, to, colour) in [(start, split, BEFORE), (split, end, AFTER)] {
@@ -275,7 +308,7 @@ pub(crate) fn demo_timeline(runs: &[DemoRun], user_wait_ms: f64) -> String {
 
 /// The load command's chart: the share of users answered in time, by the second they were sent,
 /// one line per run.
-pub(crate) fn load_chart(runs: &[crate::load::LoadRun], subtitle: &str) -> String {
+pub(crate) fn load_chart(runs: &[ChartLine<'_>], subtitle: &str) -> String {
     let height = 420.0;
     let (top, bottom) = (70.0, height - 80.0);
     let plot = WIDTH - LEFT - RIGHT;
@@ -340,7 +373,7 @@ pub(crate) fn load_chart(runs: &[crate::load::LoadRun], subtitle: &str) -> Strin
     );
     let mut legend_x = LEFT;
     // "With" first, so the dashed "without" line stays visible where the two coincide.
-    let mut ordered: Vec<&crate::load::LoadRun> = runs.iter().collect();
+    let mut ordered: Vec<&ChartLine<'_>> = runs.iter().collect();
     ordered.sort_by_key(|r| !r.deadlines);
     for run in ordered {
         let colour = if run.deadlines { BEFORE } else { AFTER };

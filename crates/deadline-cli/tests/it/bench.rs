@@ -1,4 +1,9 @@
-//! A very short `deadline bench`: every variant answers, and the report has its shape.
+//! A very short `deadline bench`: every variant answers, and the report has its shape; and the
+//! fixed client of the instruction count against a served variant.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::util::bin;
 
@@ -30,7 +35,17 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
         .iter()
         .map(|v| v["variant"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["bare", "enforce", "chain-bare", "chain-deadline"]);
+    assert_eq!(
+        names,
+        [
+            "bare",
+            "enforce",
+            "peer",
+            "chain-bare",
+            "chain-deadline",
+            "chain-peer"
+        ]
+    );
     for v in variants {
         assert!(v["requests"].as_u64().unwrap() > 0, "{v}");
         assert_eq!(v["errors"], 0, "{v}");
@@ -54,7 +69,14 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
         .collect();
     assert_eq!(
         pairs,
-        [("enforce", "bare"), ("chain-deadline", "chain-bare")]
+        [
+            ("enforce", "bare"),
+            ("enforce", "peer"),
+            ("peer", "bare"),
+            ("chain-deadline", "chain-bare"),
+            ("chain-deadline", "chain-peer"),
+            ("chain-peer", "chain-bare"),
+        ]
     );
     for r in ratios {
         assert!(r["throughput_ratio"].as_f64().unwrap() > 0.0, "{r}");
@@ -69,4 +91,74 @@ fn bench_rejects_bad_arguments() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--connections"));
+}
+
+/// A `deadline bench --serve` process, killed when dropped.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_fixed_client_sends_exactly_its_requests_and_the_server_stops_when_stdin_closes() {
+    for variant in ["peer", "chain-peer"] {
+        let mut served = Served(
+            bin()
+                .args(["bench", "--serve", variant])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("the binary starts"),
+        );
+        let mut line = String::new();
+        BufReader::new(served.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("a ready line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
+            .to_owned();
+
+        let sent = bin()
+            .args(["bench", "--target", &addr, "--requests", "200"])
+            .output()
+            .unwrap();
+        assert!(
+            sent.status.success(),
+            "{variant}: {}",
+            String::from_utf8_lossy(&sent.stderr)
+        );
+
+        drop(served.0.stdin.take());
+        #[allow(clippy::disallowed_methods)] // a real-time test measures real time
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = served.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{variant}: still serving after stdin closed"
+            );
+            #[allow(clippy::disallowed_methods)] // polls a real process, no runtime here
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{variant}: {status}");
+    }
+}
+
+#[test]
+fn the_fixed_client_fails_without_a_server() {
+    // Port 9 on loopback (discard) has no listener here; the client must say so, not hang.
+    let out = bin()
+        .args(["bench", "--target", "127.0.0.1:9", "--requests", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("connecting to 127.0.0.1:9"));
 }
