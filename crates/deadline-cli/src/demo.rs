@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use deadline::trace::name;
 use serde::Serialize;
 
 use crate::harness::{Chain, Scenario, UserResult, one_user, user_client};
@@ -191,8 +192,8 @@ fn innermost(trace: &deadline::Trace) -> Option<String> {
         depth: usize,
         best: &mut Option<(usize, &'a deadline::Span)>,
     ) {
-        let is_hop = !matches!(span.name.as_str(), "queue" | "work" | "attempt")
-            && !span.name.starts_with("call");
+        let is_hop = ![name::QUEUE, name::WORK, name::ATTEMPT].contains(&span.name.as_str())
+            && !name::is_call(&span.name);
         if is_hop && best.is_none_or(|(d, _)| depth >= d) {
             *best = Some((depth, span));
         }
@@ -206,7 +207,7 @@ fn innermost(trace: &deadline::Trace) -> Option<String> {
     }
     best.map(|(_, s)| {
         let outcome = s.outcome.as_deref().unwrap_or("?");
-        let work = s.children.iter().find(|c| c.name == "work");
+        let work = s.children.iter().find(|c| c.name == name::WORK);
         let detail = work.map_or(String::new(), |w| {
             format!(
                 ", worked {} ms ({})",

@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use deadline::Stop;
+use deadline::trace::outcome;
 
 use crate::context::Activity;
 
@@ -217,11 +218,11 @@ impl CallError {
     /// The short word the call's trace span ends with.
     pub(crate) fn outcome(&self) -> &'static str {
         match self {
-            CallError::DeadlineExceeded(_) => "deadline",
-            CallError::AttemptSkipped(_) => "skipped",
-            CallError::TimedOut { .. } => "timeout",
-            CallError::Inner { .. } => "error",
-            CallError::InvalidRequest(_) => "invalid",
+            CallError::DeadlineExceeded(_) => outcome::DEADLINE,
+            CallError::AttemptSkipped(_) => outcome::SKIPPED,
+            CallError::TimedOut { .. } => outcome::TIMEOUT,
+            CallError::Inner { .. } => outcome::ERROR,
+            CallError::InvalidRequest(_) => outcome::INVALID,
         }
     }
 }

@@ -6,8 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use deadline::trace::{MAX_MS, Span, TRACE_HEADER, Trace};
+use deadline::trace::{HopTrace, HopWork, TRACE_HEADER};
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Response, StatusCode};
 use pin_project_lite::pin_project;
@@ -257,12 +256,12 @@ impl<B, E> Future for ResponseFuture<B, E> {
                                 // The answer still carries this hop's trace (CONTRACT 1.3).
                                 Err(_) => {
                                     let status = StatusCode::SERVICE_UNAVAILABLE;
-                                    let root = deadline::Span::new(
-                                        &shared.trace_name,
-                                        0,
-                                        ctx.ms_since_arrival(Instant::now()),
-                                    )
-                                    .with_outcome(status.as_str());
+                                    let hop = HopTrace {
+                                        name: &shared.trace_name,
+                                        end_ms: ctx.ms_since_arrival(Instant::now()),
+                                        status: status.as_str(),
+                                        work: HopWork::None,
+                                    };
                                     let mut response = text_response(
                                         status,
                                         EnforceBody::text(
@@ -270,10 +269,9 @@ impl<B, E> Future for ResponseFuture<B, E> {
                                             None,
                                         ),
                                     );
-                                    response.headers_mut().insert(
-                                        TRACE_HEADER,
-                                        deadline::Trace::from_span(root).to_header_value(),
-                                    );
+                                    response
+                                        .headers_mut()
+                                        .insert(TRACE_HEADER, hop.to_header_value(Vec::new(), 0));
                                     Ok(response)
                                 }
                             },
@@ -422,228 +420,26 @@ fn trace_header(
     end: Instant,
 ) -> HeaderValue {
     let ms = |at: Instant| ctx.ms_since_arrival(at);
-    let shape = if hold.outcome == HoldOutcome::Rejected {
-        Shape::Rejected
+    let work = if hold.outcome == HoldOutcome::Rejected {
+        HopWork::None
     } else {
         match hold.work_start {
-            Some(start) => Shape::Worked {
+            Some(start) => HopWork::Worked {
                 start_ms: ms(start),
                 end_ms: ms(hold.work_end.unwrap_or(end)),
                 outcome: hold.outcome.as_str(),
             },
-            None => Shape::GaveUp {
+            None => HopWork::GaveUp {
                 queued_ms: ms(hold.arrival + hold.queued),
             },
         }
     };
-    let root = Root {
+    let hop = HopTrace {
         name: &shared.trace_name,
         end_ms: ms(end),
         status: status.as_str(),
+        work,
     };
     let (spans, dropped) = ctx.take_spans();
-    if spans.is_empty() && dropped == 0 {
-        // The common case, a hop that called nobody: written on the stack and copied once into
-        // the header value, one allocation in all.
-        let mut plain = StackText::new();
-        if encode_plain(&mut plain, &root, shape).is_ok() {
-            if let Ok(value) = HeaderValue::from_bytes(plain.as_bytes()) {
-                return value;
-            }
-        }
-    }
-    let encoded = encode_with(&root, shape, spans, dropped);
-    HeaderValue::from_maybe_shared(Bytes::from(encoded))
-        .unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-/// A small text buffer on the stack; writing past its end is an error, not a reallocation.
-struct StackText {
-    buf: [u8; 256],
-    len: usize,
-}
-
-impl StackText {
-    fn new() -> StackText {
-        StackText {
-            buf: [0; 256],
-            len: 0,
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl fmt::Write for StackText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len.checked_add(s.len()).ok_or(fmt::Error)?;
-        self.buf
-            .get_mut(self.len..end)
-            .ok_or(fmt::Error)?
-            .copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
-/// The root span of a hop's trace.
-struct Root<'a> {
-    /// Already sanitised (see [`deadline::trace::sanitize_name`]).
-    name: &'a str,
-    end_ms: u64,
-    status: &'a str,
-}
-
-/// What the layer's own spans under the root look like.
-#[derive(Clone, Copy)]
-enum Shape<'a> {
-    /// Answered on arrival: no queue, no work.
-    Rejected,
-    /// Left the queue (or got a slot too late) without working.
-    GaveUp { queued_ms: u64 },
-    /// Worked from `start_ms` to `end_ms`.
-    Worked {
-        start_ms: u64,
-        end_ms: u64,
-        outcome: &'a str,
-    },
-}
-
-/// The trace through the codec: spans and their encoding, bounds and all.
-fn encode_with(root: &Root<'_>, shape: Shape<'_>, spans: Vec<Span>, dropped: u64) -> Vec<u8> {
-    let mut span = Span::new(root.name, 0, root.end_ms).with_outcome(root.status);
-    match shape {
-        Shape::Rejected => {}
-        Shape::GaveUp { queued_ms } => {
-            span.push(Span::new("queue", 0, queued_ms).with_outcome("deadline"));
-        }
-        Shape::Worked {
-            start_ms,
-            end_ms,
-            outcome,
-        } => {
-            span.push(Span::new("queue", 0, start_ms));
-            span.push(Span::new("work", start_ms, end_ms).with_outcome(outcome));
-        }
-    }
-    for child in spans {
-        span.push(child);
-    }
-    let mut trace = Trace::from_span(span);
-    trace.dropped = dropped;
-    trace.encode().into_bytes()
-}
-
-/// The same encoding as [`encode_with`] for a trace with only the layer's own spans, written
-/// directly into `out`: the common case (a hop that calls nobody) then needs no spans, no
-/// strings and no vectors. A test keeps the two in step.
-fn encode_plain(out: &mut impl fmt::Write, root: &Root<'_>, shape: Shape<'_>) -> fmt::Result {
-    // Plain `write_str`s and a digit loop rather than `write!`: the formatting machinery was
-    // most of this function's cost, and this runs once per request.
-    let ms = |ms: u64| ms.min(MAX_MS);
-    out.write_str(root.name)?;
-    out.write_str("@0-")?;
-    write_u64(out, ms(root.end_ms))?;
-    out.write_str("=")?;
-    out.write_str(root.status)?;
-    match shape {
-        Shape::Rejected => Ok(()),
-        Shape::GaveUp { queued_ms } => {
-            out.write_str(",.queue@0-")?;
-            write_u64(out, ms(queued_ms))?;
-            out.write_str("=deadline")
-        }
-        Shape::Worked {
-            start_ms,
-            end_ms,
-            outcome,
-        } => {
-            let (start, end) = (ms(start_ms), ms(end_ms.max(start_ms)));
-            out.write_str(",.queue@0-")?;
-            write_u64(out, start)?;
-            out.write_str(",.work@")?;
-            write_u64(out, start)?;
-            out.write_str("-")?;
-            write_u64(out, end)?;
-            out.write_str("=")?;
-            out.write_str(outcome)
-        }
-    }
-}
-
-/// Writes `n` in decimal.
-fn write_u64(out: &mut impl fmt::Write, n: u64) -> fmt::Result {
-    out.write_str(deadline::decimal::Decimal::new(n).as_str())
-}
-
-#[cfg(test)]
-mod tests {
-    use deadline::trace::{MAX_NAME_LEN, sanitize_name};
-
-    use super::*;
-
-    #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, 10, 590, 9_999_999_999, u64::MAX] {
-            let mut out = String::new();
-            write_u64(&mut out, n).unwrap();
-            assert_eq!(out, n.to_string());
-        }
-    }
-
-    #[test]
-    fn the_plain_encoding_matches_the_codec() {
-        let long = sanitize_name(&"n".repeat(100), MAX_NAME_LEN);
-        let roots = [
-            Root {
-                name: "inventory",
-                end_ms: 590,
-                status: "504",
-            },
-            Root {
-                name: &long,
-                end_ms: u64::MAX,
-                status: "200",
-            },
-        ];
-        let shapes = [
-            Shape::Rejected,
-            Shape::GaveUp { queued_ms: 290 },
-            Shape::GaveUp {
-                queued_ms: u64::MAX,
-            },
-            Shape::Worked {
-                start_ms: 3,
-                end_ms: 590,
-                outcome: "deadline",
-            },
-            Shape::Worked {
-                start_ms: 7,
-                end_ms: 2,
-                outcome: "ok",
-            },
-            Shape::Worked {
-                start_ms: 0,
-                end_ms: 99_999_999_999,
-                outcome: "error",
-            },
-        ];
-        for root in &roots {
-            for shape in shapes {
-                let mut plain = String::new();
-                encode_plain(&mut plain, root, shape).unwrap();
-                let codec = String::from_utf8(encode_with(root, shape, Vec::new(), 0)).unwrap();
-                assert_eq!(plain, codec);
-                let mut on_stack = StackText::new();
-                encode_plain(&mut on_stack, root, shape).unwrap();
-                assert_eq!(
-                    on_stack.as_bytes(),
-                    plain.as_bytes(),
-                    "fits the stack buffer"
-                );
-            }
-        }
-    }
+    hop.to_header_value(spans, dropped)
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use deadline::trace::outcome;
 use http::{HeaderValue, Method, StatusCode, Uri};
 use tokio::time::Instant;
 
@@ -34,11 +35,11 @@ impl HoldOutcome {
     /// A short lowercase token: `ok`, `deadline`, `hung-up`, `rejected` or `error`.
     pub fn as_str(self) -> &'static str {
         match self {
-            HoldOutcome::Ok => "ok",
-            HoldOutcome::Deadline => "deadline",
-            HoldOutcome::HungUp => "hung-up",
+            HoldOutcome::Ok => outcome::OK,
+            HoldOutcome::Deadline => outcome::DEADLINE,
+            HoldOutcome::HungUp => outcome::HUNG_UP,
             HoldOutcome::Rejected => "rejected",
-            HoldOutcome::Error => "error",
+            HoldOutcome::Error => outcome::ERROR,
         }
     }
 

@@ -161,7 +161,7 @@ mod layer;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use deadline::trace::{MAX_NAME_LEN, MAX_OUTCOME_LEN, Span, TRACE_HEADER, Trace, sanitize_name};
+use deadline::trace::{Span, TRACE_HEADER, Trace, name, outcome};
 use deadline::{BUDGET_HEADER, Budget, CallPolicy, Deadline, Decision, Plan, Stop};
 use http::{HeaderName, Method, Request, Response};
 use tokio::time::Instant;
@@ -205,7 +205,7 @@ impl Target {
     fn new(name: &str) -> Target {
         Target {
             name: Arc::from(name),
-            span: Arc::from(call_span_name(name)),
+            span: Arc::from(name::call(name)),
         }
     }
 }
@@ -368,7 +368,7 @@ where
             (Some(context), Some(target)) => {
                 let name = match &span_name {
                     Some(span) => String::from(&**span),
-                    None => call_span_name(target),
+                    None => name::call(target),
                 };
                 Some(CallRecord::new(context, target.clone(), name, start))
             }
@@ -454,13 +454,13 @@ where
                 }
                 Ok(Err(error)) => {
                     if let Some(record) = &mut record {
-                        record.end(end, "error");
+                        record.end(end, outcome::ERROR);
                     }
                     Failure::Error(error)
                 }
                 Err(_elapsed) => {
                     if let Some(record) = &mut record {
-                        record.end(end, "timeout");
+                        record.end(end, outcome::TIMEOUT);
                     }
                     Failure::Timeout {
                         capped: attempt.wait < policy.timeout(),
@@ -541,65 +541,6 @@ fn authority_name<B>(request: &Request<B>) -> &str {
         .map_or(UNNAMED_TARGET, |a| a.as_str())
 }
 
-/// The call span's name for `target`: `call:<target>` as [`Span::new`] would sanitise it.
-fn call_span_name(target: &str) -> String {
-    let mut name = String::with_capacity("call:".len() + target.len());
-    name.push_str("call:");
-    name.push_str(target);
-    into_token(name, MAX_NAME_LEN)
-}
-
-/// `text` as [`sanitize_name`] makes it, without copying it when it is already a token (the
-/// names and outcomes the layer records nearly always are).
-fn into_token(text: String, max_len: usize) -> String {
-    if is_token(&text, max_len) {
-        text
-    } else {
-        sanitize_name(&text, max_len)
-    }
-}
-
-/// `text` as [`sanitize_name`] makes it, copied once.
-fn token(text: &str, max_len: usize) -> String {
-    if is_token(text, max_len) {
-        text.to_owned()
-    } else {
-        sanitize_name(text, max_len)
-    }
-}
-
-/// Whether `sanitize_name(text, max_len)` would give `text` back: 1 to `max_len` bytes, all
-/// `tchar` (letters, digits, `_`, `-`, `:`).
-fn is_token(text: &str, max_len: usize) -> bool {
-    (1..=max_len).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':'))
-}
-
-/// A span as [`Span::new`] and [`Span::with_outcome`] make it, with names that are usually
-/// tokens copied once rather than rebuilt character by character.
-fn span(name: String, start_ms: u64, end_ms: u64, outcome: Option<String>) -> Span {
-    Span {
-        name: into_token(name, MAX_NAME_LEN),
-        start_ms,
-        end_ms: end_ms.max(start_ms),
-        outcome: outcome.map(|outcome| into_token(outcome, MAX_OUTCOME_LEN)),
-        children: Vec::new(),
-    }
-}
-
-/// Adds `offset_ms` to every span of a decoded trace, as [`Span::shift`] does, without its
-/// heap stack: a decoded trace is at most [`MAX_DEPTH`](deadline::trace::MAX_DEPTH) levels
-/// deep, so the recursion is bounded.
-fn shift_all(spans: &mut [Span], offset_ms: u64) {
-    for span in spans {
-        span.start_ms = span.start_ms.saturating_add(offset_ms);
-        span.end_ms = span.end_ms.saturating_add(offset_ms);
-        shift_all(&mut span.children, offset_ms);
-    }
-}
-
 /// The call's result once the planner sends no more attempts (`target` names the downstream,
 /// for the deadline error's message).
 fn stopped<RB>(
@@ -677,7 +618,7 @@ impl CallRecord {
         };
         if let Some(value) = response.headers().get(TRACE_HEADER) {
             let mut callee = Trace::from_header_value(value);
-            shift_all(&mut callee.spans, span.start_ms);
+            callee.shift(span.start_ms);
             span.children = callee.spans;
             if callee.dropped > 0 {
                 self.context.record_dropped(callee.dropped);
@@ -689,50 +630,37 @@ impl CallRecord {
     /// The planner refused an attempt at `now`: a zero-length `skipped` span.
     fn skipped(&mut self, now: Instant) {
         let at = self.context.ms_since_arrival(now);
-        self.attempts.push(span(
-            String::from("attempt"),
-            at,
-            at,
-            Some(String::from("skipped")),
-        ));
+        self.attempts
+            .push(Span::new(name::ATTEMPT, at, at).with_outcome(outcome::SKIPPED));
     }
 
     fn finish<RB>(&mut self, result: &Result<Response<RB>, CallError>) {
         self.outcome = Some(match result {
-            Ok(response) => token(response.status().as_str(), MAX_OUTCOME_LEN),
-            Err(error) => token(error.outcome(), MAX_OUTCOME_LEN),
+            Ok(response) => response.status().as_str().to_owned(),
+            Err(error) => error.outcome().to_owned(),
         });
     }
 
     fn close(&mut self, end: Instant, outcome: &str) -> Option<Span> {
         let start = self.in_flight.take()?;
         let end = self.context.ms_since_arrival(end);
-        Some(span(
-            String::from("attempt"),
-            start,
-            end,
-            Some(token(outcome, MAX_OUTCOME_LEN)),
-        ))
+        Some(Span::new(name::ATTEMPT, start, end).with_outcome(outcome))
     }
 }
 
 impl Drop for CallRecord {
     fn drop(&mut self) {
         let now = Instant::now();
-        if let Some(span) = self.close(now, "cancelled") {
+        if let Some(span) = self.close(now, outcome::CANCELLED) {
             self.attempts.push(span);
         }
         let end = self.context.ms_since_arrival(now);
         let outcome = self
             .outcome
             .take()
-            .unwrap_or_else(|| String::from("cancelled"));
-        let mut span = span(
-            std::mem::take(&mut self.name),
-            self.start_ms,
-            end,
-            Some(outcome),
-        );
+            .unwrap_or_else(|| String::from(outcome::CANCELLED));
+        let mut span =
+            Span::new(std::mem::take(&mut self.name), self.start_ms, end).with_outcome(outcome);
         span.children = std::mem::take(&mut self.attempts);
         self.context.record(span);
     }
@@ -823,8 +751,8 @@ mod tests {
         }
     }
 
-    /// Names and outcomes are made once per layer or copied as they are; they must come out
-    /// as `Span::new` and `with_outcome` would make them.
+    /// The call span's name is made once per layer; it must come out as `Span::new` would
+    /// make it.
     #[test]
     fn names_match_what_span_new_makes() {
         for target in [
@@ -834,37 +762,8 @@ mod tests {
             "",
             "a-target-name-longer-than-the-cap",
         ] {
-            let expected = Span::new(&format!("call:{target}"), 0, 0).name;
-            assert_eq!(call_span_name(target), expected, "{target:?}");
+            let expected = Span::new(format!("call:{target}"), 0, 0).name;
             assert_eq!(Target::new(target).span.as_ref(), expected, "{target:?}");
         }
-        for outcome in [
-            "200",
-            "deadline",
-            "",
-            "cancelled",
-            "an outcome far too long",
-            "é",
-        ] {
-            let expected = Span::new("attempt", 0, 0).with_outcome(outcome).outcome;
-            assert_eq!(
-                Some(token(outcome, MAX_OUTCOME_LEN)),
-                expected,
-                "{outcome:?}"
-            );
-        }
-        let built = span("attempt".into(), 9, 3, Some("x y".into()));
-        assert_eq!(built, Span::new("attempt", 9, 3).with_outcome("x y"));
-    }
-
-    #[test]
-    fn shift_all_moves_every_level() {
-        let mut trace = Trace::decode(b"a@0-5=ok,.b@1-4,..c@2-3,d@0-0");
-        let mut expected = trace.clone();
-        expected.shift(10);
-        shift_all(&mut trace.spans, 10);
-        assert_eq!(trace, expected);
-        shift_all(&mut trace.spans, u64::MAX);
-        assert!(trace.spans.iter().all(|s| s.end_ms == u64::MAX));
     }
 }
