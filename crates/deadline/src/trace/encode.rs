@@ -95,7 +95,7 @@ impl Trace {
         out
     }
 
-    /// [`encode`](Trace::encode)d as a header value for [`TRACE_HEADER`]. An empty trace gives
+    /// [`encode`](Trace::encode)d as a header value for [`TRACE_HEADER`](super::TRACE_HEADER). An empty trace gives
     /// an empty value, which is still a valid header.
     pub fn to_header_value(&self) -> HeaderValue {
         // The encoder writes only tchar and `.@-=,+`, all visible ASCII, so this cannot fail; an
