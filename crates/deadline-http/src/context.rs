@@ -23,36 +23,11 @@ use deadline::Deadline;
 use deadline::trace::Span;
 use tokio::time::Instant;
 
+pub use crate::activity::Activity;
 use crate::error::DeadlineExceeded;
 
 tokio::task_local! {
     static CURRENT: Option<DeadlineContext>;
-}
-
-/// What the hop was doing for a request: said in a 504's body, so the edge learns where the
-/// time went.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Activity {
-    /// Waiting for a worker slot.
-    Queued,
-    /// Running the handler.
-    Working,
-    /// Waiting for a downstream call.
-    Calling {
-        /// The downstream, as `host:port` or a name.
-        target: String,
-    },
-}
-
-impl fmt::Display for Activity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Activity::Queued => f.write_str("queued for a worker"),
-            Activity::Working => f.write_str("working"),
-            Activity::Calling { target } => write!(f, "calling {target}"),
-        }
-    }
 }
 
 /// The deadline and trace of one request, shared by everything that runs for it.

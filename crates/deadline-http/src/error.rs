@@ -11,7 +11,7 @@ use std::time::Duration;
 use deadline::Stop;
 use deadline::trace::outcome;
 
-use crate::context::Activity;
+use crate::activity::Activity;
 
 /// A boxed error, as tower and hyper use for errors they erase.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

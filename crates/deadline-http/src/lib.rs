@@ -53,6 +53,7 @@
 //! that still stops at the deadline; [`detach`] runs work that must not inherit it. [`serve()`]
 //! serves any of it over HTTP/1.1 with `TCP_NODELAY` and graceful shutdown.
 
+mod activity;
 pub mod context;
 pub mod enforce;
 pub mod error;
