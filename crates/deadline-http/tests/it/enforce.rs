@@ -516,6 +516,33 @@ async fn work_is_cut_at_the_deadline_less_the_reserve() {
     assert!(hold.reply_written);
 }
 
+/// The work finishing and the cutoff firing at the same instant: the work is polled first, so
+/// its answer wins and no 504 is made (see the enforce future's module docs).
+#[tokio::test(start_paused = true)]
+async fn the_work_wins_a_tie_with_the_cutoff() {
+    let mock = Mock::new();
+    let holds = Holds::default();
+    let service = holds.layer("inventory").layer(mock.service());
+    let t0 = Instant::now();
+    let mut response = Box::pin(service.oneshot(request("/sleep/590", &[b"600"])));
+    assert!(poll_once(&mut response).await.is_pending());
+    advance(589 * MS).await;
+    assert!(poll_once(&mut response).await.is_pending());
+
+    // Both the handler's sleep and the cutoff end at 590 ms.
+    advance(MS).await;
+    let response = ok(poll_once(&mut response).await);
+    assert_eq!(Instant::now() - t0, 590 * MS);
+    assert_eq!(mock.at("end /sleep/590"), Some(t0 + 590 * MS));
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        trace(&response),
+        "inventory@0-590=200,.queue@0-0,.work@0-590=ok"
+    );
+    assert_eq!(text(response).await, "slept");
+    assert_eq!(holds.one().outcome, HoldOutcome::Ok);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_cut_while_calling_says_so_and_keeps_the_calls_span() {
     let mock = Mock::new();
