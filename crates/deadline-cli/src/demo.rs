@@ -21,7 +21,7 @@ pub(crate) struct DemoArgs {
     /// Draw the timeline of every worker hold to this SVG file.
     #[arg(long)]
     svg: Option<PathBuf>,
-    /// Print one JSON document (CONTRACT 6) instead of the summary.
+    /// Print one JSON document (`{"runs": [...]}`) on stdout instead of the summary.
     #[arg(long)]
     json: bool,
     /// How long the user waits, in ms; they send this less 50 ms as their budget.
@@ -32,7 +32,7 @@ pub(crate) struct DemoArgs {
     inventory_work: u64,
 }
 
-/// One run's figures. Field names are part of the interface (CONTRACT 6).
+/// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DemoRun {
     pub(crate) deadlines: bool,

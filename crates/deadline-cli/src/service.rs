@@ -28,7 +28,7 @@ use crate::holds::{HoldLine, HoldLog, epoch_ms_now};
 /// The request id header, forwarded downstream and made at the edge when absent.
 pub(crate) use deadline_http::enforce::REQUEST_ID_HEADER as REQUEST_ID;
 
-/// Arguments of `deadline service` (CONTRACT 4.1).
+/// Arguments of `deadline service`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ServiceArgs {
     /// This hop's name, in traces, 504 bodies and the log.
@@ -380,7 +380,9 @@ async fn handle(
             format!(
                 "{}: done in {} ms\n",
                 state.name,
-                started.elapsed().as_millis()
+                Instant::now()
+                    .saturating_duration_since(started)
+                    .as_millis()
             ),
         ));
     };

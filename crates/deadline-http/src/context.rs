@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 pub use crate::activity::Activity;
 use crate::error::DeadlineExceeded;
+use crate::time;
 
 tokio::task_local! {
     static CURRENT: Option<DeadlineContext>;
@@ -42,7 +43,7 @@ struct Inner {
     deadline: Option<Deadline>,
     reserve: Duration,
     arrival: Instant,
-    state: Mutex<State>,
+    log: Mutex<WorkLog>,
 }
 
 /// An entry of the activity stack. Outbound calls enter one per attempt, so their target is
@@ -64,8 +65,9 @@ impl Entered {
     }
 }
 
+/// What the request's work is doing (its activity stack) and has recorded for the trace.
 #[derive(Default)]
-struct State {
+struct WorkLog {
     /// What the hop is doing, most recent last, each entry owned by one guard. A stack rather
     /// than one slot, so overlapping calls (`join!`, spawned tasks) leaving in any order still
     /// leave the right activity behind.
@@ -94,7 +96,7 @@ impl DeadlineContext {
                 deadline,
                 reserve,
                 arrival,
-                state: Mutex::new(State::default()),
+                log: Mutex::new(WorkLog::default()),
             }),
         }
     }
@@ -118,7 +120,7 @@ impl DeadlineContext {
     pub fn cutoff(&self) -> Option<Deadline> {
         self.inner
             .deadline
-            .map(|d| d.earlier_by(self.inner.reserve, self.inner.arrival.into_std()))
+            .map(|d| d.earlier_by(self.inner.reserve, time::to_std(self.inner.arrival)))
     }
 
     /// The time kept back for writing the reply.
@@ -134,15 +136,14 @@ impl DeadlineContext {
     /// Time left before the work must stop (the deadline less the reserve), or `None` without a
     /// deadline.
     pub fn remaining(&self) -> Option<Duration> {
-        self.cutoff()
-            .map(|c| c.remaining(Instant::now().into_std()))
+        self.cutoff().map(|c| c.remaining(time::now()))
     }
 
     /// `Err` once the work should stop: the cooperative check for CPU-bound code, which the
     /// layer cannot interrupt between await points.
     pub fn check(&self) -> Result<(), DeadlineExceeded> {
         match self.cutoff() {
-            Some(cutoff) if cutoff.is_expired(Instant::now().into_std()) => {
+            Some(cutoff) if cutoff.is_expired(time::now()) => {
                 Err(DeadlineExceeded::new(self.activity()))
             }
             _ => Ok(()),
@@ -208,10 +209,10 @@ impl DeadlineContext {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, WorkLog> {
         // A panic while recording a span loses at most that span; keep serving.
         self.inner
-            .state
+            .log
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }

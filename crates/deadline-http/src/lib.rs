@@ -62,6 +62,7 @@ pub mod extract;
 pub mod propagate;
 pub mod serve;
 pub mod spawn;
+mod time;
 
 pub use context::{Activity, DeadlineContext, check, current_deadline, detach, with_deadline};
 pub use enforce::{

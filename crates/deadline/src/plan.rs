@@ -147,6 +147,7 @@ impl CallPolicy {
     }
 
     /// The same policy with propagation switched.
+    #[must_use = "this returns a new policy; the original is unchanged"]
     pub fn with_propagate(mut self, propagate: bool) -> CallPolicy {
         self.propagate = propagate;
         self
@@ -155,6 +156,7 @@ impl CallPolicy {
 
 /// Builds a [`CallPolicy`]; [`CallPolicyBuilder::build`] validates it.
 #[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct CallPolicyBuilder(CallPolicy);
 
 impl CallPolicyBuilder {
@@ -557,7 +559,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 200_000, failure_persistence: None, ..ProptestConfig::default() })]
 
-        /// CONTRACT 3's five invariants, on a virtual clock: random policies and deadlines, and
+        /// The planner's five invariants (see the module docs), on a virtual clock: random policies and deadlines, and
         /// callees that answer after a random share of each wait.
         #[test]
         fn the_five_invariants_hold(

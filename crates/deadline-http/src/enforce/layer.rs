@@ -29,6 +29,7 @@ use super::{EnforceDeadline, Hold, HoldMetrics, HopSettings};
 /// Clones share the worker slots, the metrics and the hook: build one layer per service and
 /// clone it freely.
 #[derive(Clone)]
+#[must_use = "a layer does nothing until it wraps a service"]
 pub struct EnforceDeadlineLayer {
     pub(super) settings: HopSettings,
 }

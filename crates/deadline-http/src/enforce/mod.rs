@@ -151,6 +151,7 @@ pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
 
 use crate::context::DeadlineContext;
+use crate::time;
 use future::{BoxWork, Reply, ResponseFuture};
 use hold::Recorder;
 
@@ -296,11 +297,11 @@ where
             return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
         }
 
-        let deadline: Option<Deadline> = budget.map(|b| b.deadline(arrival.into_std()));
+        let deadline: Option<Deadline> = budget.map(|b| b.deadline(time::to_std(arrival)));
         let ctx = DeadlineContext::new(deadline, settings.reserve, arrival);
         let cutoff = ctx.cutoff();
         if let Some(cutoff) = cutoff {
-            if cutoff.is_expired(arrival.into_std()) {
+            if cutoff.is_expired(time::to_std(arrival)) {
                 let message = format!(
                     "deadline exceeded at {} on arrival: a budget of {} ms leaves nothing once \
                      the reply reserve of {} ms is kept back\n",
@@ -320,7 +321,7 @@ where
         let work: BoxWork<ResB, S::Error> =
             Box::pin(ctx.clone().scope(self.inner.clone().oneshot(request)));
         let reply = Reply {
-            cutoff: cutoff.map(|c| Instant::from_std(c.instant())),
+            cutoff: cutoff.map(time::to_tokio),
             ctx,
             settings: settings.clone(),
             recorder: Some(recorder),

@@ -42,7 +42,7 @@ impl<B: Clone> AttemptRequests<B> {
                 attempts: self.allowed,
             })
         } else {
-            plan.next(deadline, now.into_std())
+            plan.next(deadline, crate::time::to_std(now))
         }
     }
 

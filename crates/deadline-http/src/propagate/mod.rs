@@ -228,6 +228,7 @@ impl<S> PropagateDeadline<S> {
 
     /// Names the downstream in the call's span (`call:<name>`) and in the hop's activity
     /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
+    #[must_use = "this returns the service with the target set; the original is unchanged"]
     pub fn target(mut self, name: impl Into<String>) -> PropagateDeadline<S> {
         self.target = Some(Target::new(&name.into()));
         self

@@ -223,7 +223,7 @@ fn ok<T, E: std::fmt::Debug>(poll: Poll<Result<T, E>>) -> T {
     }
 }
 
-// ---- CONTRACT 1.1, row by row ----
+// ---- The budget header's rules, row by row ----
 
 #[tokio::test(start_paused = true)]
 async fn absent_header_means_no_deadline_and_no_cut() {
@@ -472,7 +472,7 @@ async fn regression_absent_and_negative_are_never_confused_at_the_layer() {
     assert_eq!(mock.last_deadline(), None);
 }
 
-// ---- CONTRACT 2: the cut ----
+// ---- The cut ----
 
 #[tokio::test(start_paused = true)]
 async fn work_is_cut_at_the_deadline_less_the_reserve() {
@@ -601,7 +601,7 @@ async fn inner_readiness_is_bounded_by_the_cutoff() {
     assert_eq!(Instant::now() - t0, 90 * MS);
 }
 
-// ---- CONTRACT 2: worker slots ----
+// ---- Worker slots ----
 
 #[tokio::test(start_paused = true)]
 async fn the_queue_is_left_at_the_cutoff_and_the_trace_shows_the_wait() {
