@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use deadline::Deadline;
-use deadline::trace::Span;
+use deadline::trace::{CallSpan, Recorded, Span};
 use tokio::time::Instant;
 
 pub use crate::activity::Activity;
@@ -73,7 +73,8 @@ struct WorkLog {
     /// leave the right activity behind.
     activities: Vec<(u64, Entered)>,
     next_guard: u64,
-    spans: Vec<Span>,
+    /// Spans and calls recorded for the trace, in the order they were recorded.
+    recorded: Vec<Recorded>,
     dropped: u64,
 }
 
@@ -160,7 +161,12 @@ impl DeadlineContext {
     /// Adds a span to this hop's trace (times in ms since arrival; see
     /// [`ms_since_arrival`](Self::ms_since_arrival)).
     pub fn record(&self, span: Span) {
-        self.lock().spans.push(span);
+        self.lock().recorded.push(Recorded::Span(span));
+    }
+
+    /// Adds an outbound call to this hop's trace, its callees' traces still encoded.
+    pub(crate) fn record_call(&self, call: CallSpan) {
+        self.lock().recorded.push(Recorded::Call(call));
     }
 
     /// Counts spans that a callee dropped, so the edge learns that its trace is incomplete.
@@ -169,12 +175,30 @@ impl DeadlineContext {
         state.dropped = state.dropped.saturating_add(dropped);
     }
 
-    /// Takes the spans recorded so far and the dropped count.
+    /// Takes the spans recorded so far and the dropped count (including the spans the
+    /// callees of recorded calls dropped). Calls are turned into span trees, their callees'
+    /// traces decoded; [`take_recorded`](Self::take_recorded) takes them as they are.
     pub fn take_spans(&self) -> (Vec<Span>, u64) {
-        let mut state = self.lock();
+        let (recorded, mut dropped) = self.take_recorded();
+        let spans = recorded
+            .into_iter()
+            .map(|entry| {
+                let (span, callees_dropped) = entry.into_span();
+                dropped = dropped.saturating_add(callees_dropped);
+                span
+            })
+            .collect();
+        (spans, dropped)
+    }
+
+    /// Takes what was recorded so far, as it was recorded (the callees' traces of calls still
+    /// encoded, and not counted in the dropped count), and the dropped count: what the enforce
+    /// layer writes into the hop's trace with [`HopTrace`](deadline::trace::HopTrace).
+    pub fn take_recorded(&self) -> (Vec<Recorded>, u64) {
+        let mut log = self.lock();
         (
-            std::mem::take(&mut state.spans),
-            std::mem::take(&mut state.dropped),
+            std::mem::take(&mut log.recorded),
+            std::mem::take(&mut log.dropped),
         )
     }
 

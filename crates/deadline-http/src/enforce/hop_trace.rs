@@ -39,8 +39,8 @@ pub(crate) fn trace_header(
         status: status.as_str(),
         work,
     };
-    let (spans, dropped) = ctx.take_spans();
-    hop.to_header_value(spans, dropped)
+    let (recorded, dropped) = ctx.take_recorded();
+    hop.to_header_value(&recorded, dropped)
 }
 
 /// The trace of an answer the hop gave without any work of its own (a server shutting down):
@@ -53,5 +53,5 @@ pub(crate) fn root_only(settings: &HopSettings, end_ms: u64, status: StatusCode)
         status: status.as_str(),
         work: HopWork::None,
     }
-    .to_header_value(Vec::new(), 0)
+    .to_header_value(&[], 0)
 }

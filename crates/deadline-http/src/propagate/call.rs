@@ -117,18 +117,13 @@ fn start_record<B>(
     let start = Instant::now();
     match (target, context) {
         (Some(target), Some(context)) => {
-            let record = CallRecord::new(
-                context,
-                target.name.clone(),
-                String::from(&*target.span),
-                start,
-            );
+            let record = CallRecord::new(context, target.name.clone(), target.span, start);
             (Some(target.name), Some(record))
         }
         (Some(target), None) => (Some(target.name), None),
         (None, Some(context)) => {
             let name: Arc<str> = Arc::from(authority_name(request));
-            let span = deadline::trace::name::call(&name);
+            let span: Arc<str> = Arc::from(deadline::trace::name::call(&name));
             (
                 Some(name.clone()),
                 Some(CallRecord::new(context, name, span, start)),

@@ -117,13 +117,16 @@
 //! `attempt` span per attempt sent, ending with the status, `timeout`, `error` or `cancelled`,
 //! and a zero-length `attempt` span `skipped` when the planner refused one for lack of time.
 //! The callee's own `Deadline-Trace`, from each attempt's response, is shifted by the time the
-//! attempt was sent and nested under that attempt; a malformed one gives an empty subtree,
-//! never an error, and the spans it says it dropped are counted in the context.
+//! attempt was sent and nested under that attempt; a malformed one gives its valid prefix
+//! (often an empty subtree), never an error, and the spans it says it dropped are counted in
+//! the hop's trace. It is kept as the header value it came in, checked but not decoded, and
+//! written into this hop's trace straight from the text
+//! ([`EncodedTrace`](deadline::trace::EncodedTrace)).
 //!
 //! The span is recorded when the call ends **or when its future is dropped**: the enforce layer
 //! drops the handler at its cutoff and still wants to report where the time went, so a dropped
 //! call records what it has, with the attempt in flight marked `cancelled` and the call too.
-//! Outside any context nothing is recorded (and the callee's trace is not even decoded).
+//! Outside any context nothing is recorded (and the callee's trace is not even read).
 //!
 //! # Cancellation
 //!

@@ -1,10 +1,14 @@
 //! The call record: one call's span and its attempts, recorded into the hop's context when
 //! the call ends or its future is dropped.
+//!
+//! Each attempt keeps its callee's `Deadline-Trace` as the header value it came in (checked,
+//! not decoded): the enforce layer writes it into this hop's trace straight from the text (see
+//! [`deadline::trace::EncodedTrace`]).
 
 use std::sync::Arc;
 
 use deadline::Stop;
-use deadline::trace::{Span, TRACE_HEADER, Trace, name, outcome};
+use deadline::trace::{AttemptSpan, CallSpan, EncodedTrace, Outcome, TRACE_HEADER, outcome};
 use http::Response;
 use tokio::time::Instant;
 
@@ -16,31 +20,35 @@ pub(super) struct CallRecord {
     context: DeadlineContext,
     /// The downstream, shared with each attempt's activity.
     target: Arc<str>,
-    /// The call span's name, already a token.
-    name: String,
-    start_ms: u64,
-    attempts: Vec<Span>,
+    /// The call span, its end and outcome filled in when it is recorded.
+    call: CallSpan,
     /// When the attempt in flight started, in ms since arrival.
     in_flight: Option<u64>,
     /// How the call ended; `None` while it runs (and so when its future is dropped).
-    outcome: Option<String>,
+    outcome: Option<Outcome>,
 }
 
 impl CallRecord {
+    /// A call to `target` recorded as `name` (`call:<target>`, made once per client), starting
+    /// at `start`.
     pub(super) fn new(
         context: DeadlineContext,
         target: Arc<str>,
-        name: String,
+        name: Arc<str>,
         start: Instant,
     ) -> CallRecord {
         let start_ms = context.ms_since_arrival(start);
         CallRecord {
             context,
             target,
-            name,
-            start_ms,
-            // One span per attempt, and one more if the planner refuses one: never regrown.
-            attempts: Vec::with_capacity(2),
+            call: CallSpan {
+                name,
+                start_ms,
+                end_ms: start_ms,
+                outcome: Outcome::Word(outcome::CANCELLED),
+                // One span per attempt, and one more if the planner refuses one: never regrown.
+                attempts: Vec::with_capacity(2),
+            },
             in_flight: None,
             outcome: None,
         }
@@ -52,34 +60,19 @@ impl CallRecord {
         self.context.enter_calling(Arc::clone(&self.target))
     }
 
-    /// The attempt in flight ended at `end` without a response.
-    pub(super) fn end(&mut self, end: Instant, outcome: &str) {
-        if let Some(span) = self.close(end, outcome) {
-            self.attempts.push(span);
-        }
+    /// The attempt in flight ended at `end` without a response, with `outcome` (a word of
+    /// [`outcome`]).
+    pub(super) fn end(&mut self, end: Instant, outcome: &'static str) {
+        self.close(end, Outcome::Word(outcome), None);
     }
 
     /// The attempt in flight got `response` at `end`: its callee's trace goes under it.
     pub(super) fn end_with_response<RB>(&mut self, end: Instant, response: &Response<RB>) {
-        let Some(mut span) = self.close(end, response.status().as_str()) else {
-            return;
-        };
-        if let Some(value) = response.headers().get(TRACE_HEADER) {
-            let mut callee = Trace::from_header_value(value);
-            callee.shift(span.start_ms);
-            span.children = callee.spans;
-            if callee.dropped > 0 {
-                self.context.record_dropped(callee.dropped);
-            }
-        }
-        self.attempts.push(span);
-    }
-
-    /// The planner refused an attempt at `now`: a zero-length `skipped` span.
-    fn skipped(&mut self, now: Instant) {
-        let at = self.context.ms_since_arrival(now);
-        self.attempts
-            .push(Span::new(name::ATTEMPT, at, at).with_outcome(outcome::SKIPPED));
+        let callee = response
+            .headers()
+            .get(TRACE_HEADER)
+            .map(|value| EncodedTrace::new(value.clone()));
+        self.close(end, Outcome::Status(response.status()), callee);
     }
 
     /// The planner stopped the call at `now` with `stop`, and the call ends with `result`.
@@ -90,40 +83,53 @@ impl CallRecord {
         result: &Result<Response<RB>, CallError>,
     ) {
         if let Stop::NotEnoughTime { .. } = stop {
-            self.skipped(now);
+            // The planner refused an attempt: a zero-length `skipped` span.
+            let at = self.context.ms_since_arrival(now);
+            self.call.attempts.push(AttemptSpan {
+                start_ms: at,
+                end_ms: at,
+                outcome: Outcome::Word(outcome::SKIPPED),
+                callee: None,
+            });
         }
         self.outcome = Some(match result {
-            Ok(response) => response.status().as_str().to_owned(),
-            Err(error) => error.outcome().to_owned(),
+            Ok(response) => Outcome::Status(response.status()),
+            Err(error) => Outcome::Word(error.outcome()),
         });
     }
 
     /// The call ends with `response`.
     pub(super) fn finish_with<RB>(&mut self, response: &Response<RB>) {
-        self.outcome = Some(response.status().as_str().to_owned());
+        self.outcome = Some(Outcome::Status(response.status()));
     }
 
-    fn close(&mut self, end: Instant, outcome: &str) -> Option<Span> {
-        let start = self.in_flight.take()?;
-        let end = self.context.ms_since_arrival(end);
-        Some(Span::new(name::ATTEMPT, start, end).with_outcome(outcome))
+    /// Ends the attempt in flight, if any, at `end`.
+    fn close(&mut self, end: Instant, outcome: Outcome, callee: Option<EncodedTrace>) {
+        let Some(start_ms) = self.in_flight.take() else {
+            return;
+        };
+        self.call.attempts.push(AttemptSpan {
+            start_ms,
+            end_ms: self.context.ms_since_arrival(end),
+            outcome,
+            callee,
+        });
     }
 }
 
 impl Drop for CallRecord {
     fn drop(&mut self) {
         let now = Instant::now();
-        if let Some(span) = self.close(now, outcome::CANCELLED) {
-            self.attempts.push(span);
+        self.close(now, Outcome::Word(outcome::CANCELLED), None);
+        self.call.end_ms = self.context.ms_since_arrival(now);
+        if let Some(outcome) = self.outcome.take() {
+            self.call.outcome = outcome;
         }
-        let end = self.context.ms_since_arrival(now);
-        let outcome = self
-            .outcome
-            .take()
-            .unwrap_or_else(|| String::from(outcome::CANCELLED));
-        let mut span =
-            Span::new(std::mem::take(&mut self.name), self.start_ms, end).with_outcome(outcome);
-        span.children = std::mem::take(&mut self.attempts);
-        self.context.record(span);
+        let call = CallSpan {
+            name: Arc::clone(&self.call.name),
+            attempts: std::mem::take(&mut self.call.attempts),
+            ..self.call
+        };
+        self.context.record_call(call);
     }
 }

@@ -30,44 +30,13 @@ impl Trace {
     /// assert_eq!(Trace::decode(b"\xff@@@,,,"), Trace::new());
     /// ```
     pub fn decode(input: &[u8]) -> Trace {
-        let mut input = input;
-        if input.len() > MAX_DECODE_LEN {
-            let head = input.get(..MAX_DECODE_LEN).unwrap_or_default();
-            let cut = head.iter().rposition(|&b| b == b',').unwrap_or(0);
-            input = head.get(..cut).unwrap_or_default();
-        }
-        let input = trim(input);
-
         let mut trace = Trace::new();
-        if input.is_empty() {
-            return trace;
-        }
+        let mut scan = Scan::new(input);
         let mut stored = 0usize;
         let mut extra = 0u64;
-        let mut plus = 0u64;
-        let mut previous_depth: Option<usize> = None;
-        let mut elements = input.split(|&b| b == b',').peekable();
-        while let Some(element) = elements.next() {
-            if let Some(digits) = element.strip_prefix(b"+") {
-                // `+N` must be the last element.
-                if elements.peek().is_none() {
-                    plus = parse_number(digits).unwrap_or(0);
-                }
-                break;
-            }
-            let Some((depth, span)) = parse_span(element) else {
-                break;
-            };
-            let fits = match previous_depth {
-                None => depth == 0,
-                Some(previous) => depth <= previous + 1,
-            };
-            if !fits {
-                break;
-            }
-            previous_depth = Some(depth);
+        for element in &mut scan {
             if stored < MAX_SPANS {
-                if !attach(&mut trace.spans, depth, span) {
+                if !attach(&mut trace.spans, element.depth, element.to_span()) {
                     break;
                 }
                 stored += 1;
@@ -75,7 +44,7 @@ impl Trace {
                 extra = extra.saturating_add(1);
             }
         }
-        trace.dropped = extra.saturating_add(plus).min(MAX_MS);
+        trace.dropped = extra.saturating_add(scan.plus()).min(MAX_MS);
         trace
     }
 
@@ -106,16 +75,111 @@ fn token_len_ok(token: &[u8], max_len: usize) -> bool {
     (1..=max_len).contains(&token.len())
 }
 
-/// A run of tchar as a `String`. It is ASCII, so the conversion never fails; it copies in one
-/// go rather than char by char.
-fn owned(token: &[u8]) -> Option<String> {
-    std::str::from_utf8(token).ok().map(str::to_owned)
+/// The comma-separated elements of a value.
+type Elements<'a> = std::slice::Split<'a, u8, fn(&u8) -> bool>;
+
+/// One valid `span` element, borrowed from the text it was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Element<'a> {
+    /// Its nesting level (its dots).
+    pub(crate) depth: usize,
+    pub(crate) name: &'a str,
+    pub(crate) start_ms: u64,
+    pub(crate) end_ms: u64,
+    pub(crate) outcome: Option<&'a str>,
 }
 
-/// One `span` element: its depth and the span (with no children yet). Each part is taken as the
-/// longest run of the bytes it may hold, so an element is read in one pass, and nothing is
-/// allocated until the whole element has proved valid.
-fn parse_span(element: &[u8]) -> Option<(usize, Span)> {
+impl Element<'_> {
+    /// The element as a [`Span`] with no children: the one place decoding allocates.
+    fn to_span(self) -> Span {
+        Span {
+            name: self.name.to_owned(),
+            start_ms: self.start_ms,
+            end_ms: self.end_ms,
+            outcome: self.outcome.map(str::to_owned),
+            children: Vec::new(),
+        }
+    }
+}
+
+/// The valid elements of a `Deadline-Trace` value, in order, without allocating: the reading
+/// rules of [`Trace::decode`] in one place, for the decoder and for splicing a callee's trace
+/// as text.
+///
+/// It stops at the first malformed element; a `+N` read as the last element is kept for
+/// [`plus`](Scan::plus).
+pub(crate) struct Scan<'a> {
+    elements: std::iter::Peekable<Elements<'a>>,
+    previous_depth: Option<usize>,
+    plus: u64,
+    done: bool,
+}
+
+impl<'a> Scan<'a> {
+    /// Scans `input`: its first 64 KiB (cut back to the last comma in them, so no element is
+    /// read half), without the spaces and tabs around it.
+    pub(crate) fn new(input: &'a [u8]) -> Scan<'a> {
+        let mut input = input;
+        if input.len() > MAX_DECODE_LEN {
+            let head = input.get(..MAX_DECODE_LEN).unwrap_or_default();
+            let cut = head.iter().rposition(|&b| b == b',').unwrap_or(0);
+            input = head.get(..cut).unwrap_or_default();
+        }
+        let input = trim(input);
+        let comma: fn(&u8) -> bool = |&b| b == b',';
+        Scan {
+            elements: input.split(comma).peekable(),
+            previous_depth: None,
+            plus: 0,
+            done: input.is_empty(),
+        }
+    }
+
+    /// The `+N` the value ended with (0 without one), once the scan is over.
+    pub(crate) fn plus(&self) -> u64 {
+        self.plus
+    }
+}
+
+impl<'a> Iterator for Scan<'a> {
+    type Item = Element<'a>;
+
+    fn next(&mut self) -> Option<Element<'a>> {
+        if self.done {
+            return None;
+        }
+        let element = self.next_element();
+        self.done = element.is_none();
+        element
+    }
+}
+
+impl<'a> Scan<'a> {
+    fn next_element(&mut self) -> Option<Element<'a>> {
+        let element = self.elements.next()?;
+        if let Some(digits) = element.strip_prefix(b"+") {
+            // `+N` must be the last element.
+            if self.elements.peek().is_none() {
+                self.plus = parse_number(digits).unwrap_or(0);
+            }
+            return None;
+        }
+        let element = parse_span(element)?;
+        let fits = match self.previous_depth {
+            None => element.depth == 0,
+            Some(previous) => element.depth <= previous + 1,
+        };
+        if !fits {
+            return None;
+        }
+        self.previous_depth = Some(element.depth);
+        Some(element)
+    }
+}
+
+/// One `span` element. Each part is taken as the longest run of the bytes it may hold, so an
+/// element is read in one pass.
+fn parse_span(element: &[u8]) -> Option<Element<'_>> {
     let (dots, rest) = split_run(element, |b| b == b'.');
     let depth = dots.len();
     if depth >= MAX_DEPTH {
@@ -140,17 +204,17 @@ fn parse_span(element: &[u8]) -> Option<(usize, Span)> {
             return None;
         }
     }
-    let span = Span {
-        name: owned(name)?,
+    Some(Element {
+        depth,
+        // Runs of tchar are ASCII, so these never fail.
+        name: std::str::from_utf8(name).ok()?,
         start_ms,
         end_ms,
         outcome: match outcome {
-            Some(outcome) => Some(owned(outcome)?),
+            Some(outcome) => Some(std::str::from_utf8(outcome).ok()?),
             None => None,
         },
-        children: Vec::new(),
-    };
-    Some((depth, span))
+    })
 }
 
 /// Attaches `span` as the last child of the last span one level up (a root at depth 0). Returns

@@ -8,16 +8,16 @@
 
 use http::HeaderValue;
 
-use super::encode::{StackBuf, write_element};
+use super::encode::{Caps, Fields, StackBuf, Visit, walk_recorded, write_element};
 use super::name::{QUEUE, WORK};
 use super::outcome::DEADLINE;
-use super::{Span, Trace};
+use super::{MAX_ENCODED_LEN, Recorded, Span, Trace};
 
 /// A hop's own spans for one request: a root named after the hop from its arrival (0) to the
 /// answer (`end_ms`), ending with the answer's status, and under it what [`HopWork`] says.
 ///
 /// ```
-/// use deadline::trace::{HopTrace, HopWork, Span};
+/// use deadline::trace::{HopTrace, HopWork, Recorded, Span};
 ///
 /// let hop = HopTrace {
 ///     name: "inventory",
@@ -25,10 +25,10 @@ use super::{Span, Trace};
 ///     status: "504",
 ///     work: HopWork::Worked { start_ms: 0, end_ms: 590, outcome: "deadline" },
 /// };
-/// assert_eq!(hop.to_header_value(Vec::new(), 0), "inventory@0-590=504,.queue@0-0,.work@0-590=deadline");
-/// let call = Span::new("call:orders", 2, 580).with_outcome("504");
+/// assert_eq!(hop.to_header_value(&[], 0), "inventory@0-590=504,.queue@0-0,.work@0-590=deadline");
+/// let call = Recorded::Span(Span::new("call:orders", 2, 580).with_outcome("504"));
 /// assert_eq!(
-///     hop.to_header_value(vec![call], 1),
+///     hop.to_header_value(&[call], 1),
 ///     "inventory@0-590=504,.queue@0-0,.work@0-590=deadline,.call:orders@2-580=504,+1"
 /// );
 /// ```
@@ -69,11 +69,12 @@ pub enum HopWork<'a> {
 }
 
 impl HopTrace<'_> {
-    /// The hop's `Deadline-Trace` value: its own spans, then the spans its calls recorded
-    /// (`calls`, nested under the root after `queue` and `work`), and `dropped` spans counted
-    /// as not kept. Exactly what [`Trace::encode`] makes of [`to_trace`](Self::to_trace).
-    pub fn to_header_value(&self, calls: Vec<Span>, dropped: u64) -> HeaderValue {
-        if calls.is_empty() && dropped == 0 {
+    /// The hop's `Deadline-Trace` value: its own spans, then what it `recorded` (nested under
+    /// the root after `queue` and `work`), and `dropped` spans counted as not kept. Exactly
+    /// what [`Trace::encode`] makes of [`to_trace`](Self::to_trace); the callees' traces in
+    /// `recorded` are written from their text, not decoded.
+    pub fn to_header_value(&self, recorded: &[Recorded], dropped: u64) -> HeaderValue {
+        if recorded.is_empty() && dropped == 0 {
             // At most three spans of at most 63 bytes, two dots and two commas: 193 bytes.
             let mut out = StackBuf::<256>::new();
             self.write_own(&mut out);
@@ -81,11 +82,25 @@ impl HopTrace<'_> {
                 return value;
             }
         }
-        self.to_trace(calls, dropped).to_header_value()
+        let walk = |visit: &mut dyn Visit| {
+            self.walk_own(visit);
+            for entry in recorded {
+                walk_recorded(entry, 1, visit);
+            }
+        };
+        // Written on the stack (the bound is exact, so it always fits) and copied once into
+        // the header value: one allocation for the whole trace.
+        let mut out = StackBuf::<MAX_ENCODED_LEN>::new();
+        Caps::count(&walk, dropped).write(&mut out, &walk);
+        match out.as_bytes().and_then(|b| HeaderValue::from_bytes(b).ok()) {
+            Some(value) => value,
+            None => self.to_trace(recorded.to_vec(), dropped).to_header_value(),
+        }
     }
 
-    /// The hop's trace as values: the root with its own spans and then `calls` under it.
-    pub fn to_trace(&self, calls: Vec<Span>, dropped: u64) -> Trace {
+    /// The hop's trace as values: the root with its own spans and then what it `recorded`
+    /// under it (the callees' traces decoded).
+    pub fn to_trace(&self, recorded: Vec<Recorded>, dropped: u64) -> Trace {
         let mut root = Span::new(self.name, 0, self.end_ms).with_outcome(self.status);
         match self.work {
             HopWork::None => {}
@@ -101,14 +116,40 @@ impl HopTrace<'_> {
                 root.push(Span::new(WORK, start_ms, end_ms).with_outcome(outcome));
             }
         }
-        if root.children.is_empty() {
-            root.children = calls;
-        } else {
-            root.children.extend(calls);
+        let mut dropped = dropped;
+        for entry in recorded {
+            let (span, callees_dropped) = entry.into_span();
+            root.push(span);
+            dropped = dropped.saturating_add(callees_dropped);
         }
         let mut trace = Trace::from_span(root);
         trace.dropped = dropped;
         trace
+    }
+
+    /// The hop's own spans, for the encoder.
+    fn walk_own(&self, visit: &mut dyn Visit) {
+        let field = |name, start_ms, end_ms, outcome| Fields {
+            name,
+            start_ms,
+            end_ms,
+            outcome,
+        };
+        visit.element(0, field(self.name, 0, self.end_ms, Some(self.status)));
+        match self.work {
+            HopWork::None => {}
+            HopWork::GaveUp { queued_ms } => {
+                visit.element(1, field(QUEUE, 0, queued_ms, Some(DEADLINE)));
+            }
+            HopWork::Worked {
+                start_ms,
+                end_ms,
+                outcome,
+            } => {
+                visit.element(1, field(QUEUE, 0, start_ms, None));
+                visit.element(1, field(WORK, start_ms, end_ms, Some(outcome)));
+            }
+        }
     }
 
     /// The hop's own spans, in the order and shape [`Trace::encode`] writes them.
@@ -175,7 +216,7 @@ mod tests {
                     hop.write_own(&mut out);
                     let codec = hop.to_trace(Vec::new(), 0).encode();
                     assert_eq!(out.as_bytes(), Some(codec.as_bytes()), "{hop:?}");
-                    assert_eq!(hop.to_header_value(Vec::new(), 0), codec.as_str());
+                    assert_eq!(hop.to_header_value(&[], 0), codec.as_str());
                 }
             }
         }
@@ -193,13 +234,15 @@ mod tests {
                 outcome: "ok",
             },
         };
-        let calls = vec![Span::new("call:inventory", 2, 30).with_outcome("200")];
+        let calls = [Recorded::Span(
+            Span::new("call:inventory", 2, 30).with_outcome("200"),
+        )];
         assert_eq!(
-            hop.to_header_value(calls, 2),
+            hop.to_header_value(&calls, 2),
             "orders@0-40=200,.queue@0-1,.work@1-39=ok,.call:inventory@2-30=200,+2"
         );
         assert_eq!(
-            hop.to_header_value(Vec::new(), 3),
+            hop.to_header_value(&[], 3),
             "orders@0-40=200,.queue@0-1,.work@1-39=ok,+3"
         );
     }

@@ -277,3 +277,80 @@ fn trace_spans_within(trace: &Trace, max_depth: usize) -> usize {
     }
     trace.spans.iter().map(|s| walk(s, 0, max_depth)).sum()
 }
+
+/// The same call encoded two ways: its callees' traces spliced from their text, and decoded,
+/// shifted and nested as spans; both under `depth` levels of wrapping spans.
+fn spliced_and_decoded(call: &CallSpan, depth: usize) -> (String, String) {
+    use super::encode::{Caps, Fields, Visit, walk_call};
+    let walk = |visit: &mut dyn Visit| {
+        for level in 0..depth {
+            let wrap = Fields {
+                name: "w",
+                start_ms: 0,
+                end_ms: 1,
+                outcome: None,
+            };
+            visit.element(level, wrap);
+        }
+        walk_call(call, depth, visit);
+    };
+    let mut spliced = Vec::new();
+    Caps::count(&walk, 0).write(&mut spliced, &walk);
+
+    let (mut span, dropped) = call.to_span();
+    for _ in 0..depth {
+        span = Span::new("w", 0, 1).with_child(span);
+    }
+    let decoded = Trace {
+        spans: vec![span],
+        dropped,
+    };
+    (String::from_utf8(spliced).unwrap(), decoded.encode())
+}
+
+fn callee_text() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        grammar_soup(),
+        mutated_encoding(),
+        valid_trace().prop_map(|trace| trace.encode().into_bytes()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config(2_000))]
+
+    #[test]
+    fn splicing_a_callee_is_decoding_shifting_and_encoding_it(
+        first in callee_text(),
+        second in callee_text(),
+        sent in prop_oneof![0..2_000u64, Just(MAX_MS), Just(u64::MAX - 3)],
+        depth in 0..MAX_DEPTH + 2,
+    ) {
+        let (Ok(first), Ok(second)) = (HeaderValue::from_bytes(&first), HeaderValue::from_bytes(&second)) else {
+            return Ok(());
+        };
+        let attempt = |start_ms: u64, callee: HeaderValue| AttemptSpan {
+            start_ms,
+            end_ms: start_ms.saturating_add(3),
+            outcome: Outcome::Status(http::StatusCode::BAD_GATEWAY),
+            callee: Some(EncodedTrace::new(callee)),
+        };
+        let call = CallSpan {
+            name: "call:inventory".into(),
+            start_ms: 1,
+            end_ms: 2,
+            outcome: Outcome::Word(outcome::TIMEOUT),
+            attempts: vec![
+                attempt(sent, first.clone()),
+                attempt(sent / 2, second),
+                AttemptSpan { start_ms: 9, end_ms: 4, outcome: Outcome::Word(outcome::SKIPPED), callee: None },
+            ],
+        };
+        let (spliced, decoded) = spliced_and_decoded(&call, depth);
+        prop_assert_eq!(spliced, decoded);
+        let callee = EncodedTrace::new(first);
+        let trace = callee.decode();
+        prop_assert_eq!(callee.span_count(), trace.span_count());
+        prop_assert_eq!(callee.dropped(), trace.dropped);
+    }
+}
