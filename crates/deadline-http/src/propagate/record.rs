@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use deadline::Stop;
-use deadline::trace::{AttemptSpan, CallSpan, EncodedTrace, Outcome, TRACE_HEADER, outcome};
+use deadline::trace::{
+    AttemptSpan, Attempts, CallSpan, EncodedTrace, Outcome, TRACE_HEADER, outcome,
+};
 use http::Response;
 use tokio::time::Instant;
 
@@ -46,8 +48,7 @@ impl CallRecord {
                 start_ms,
                 end_ms: start_ms,
                 outcome: Outcome::Word(outcome::CANCELLED),
-                // One span per attempt, and one more if the planner refuses one: never regrown.
-                attempts: Vec::with_capacity(2),
+                attempts: Attempts::new(),
             },
             in_flight: None,
             outcome: None,

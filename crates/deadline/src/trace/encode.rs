@@ -221,7 +221,7 @@ pub(crate) fn walk_call(call: &CallSpan, depth: usize, visit: &mut dyn Visit) {
             outcome: Some(call.outcome.as_str()),
         },
     );
-    for attempt in &call.attempts {
+    for attempt in call.attempts.iter() {
         // As `Span::new` makes it, whose start the callee is shifted by.
         let start_ms = attempt.start_ms;
         visit.element(

@@ -193,7 +193,7 @@ use http::HeaderName;
 
 pub use hop::{HopTrace, HopWork};
 pub use model::{Span, Trace};
-pub use record::{AttemptSpan, CallSpan, EncodedTrace, Outcome, Recorded};
+pub use record::{AttemptSpan, Attempts, CallSpan, EncodedTrace, Outcome, Recorded};
 pub use token::sanitize_name;
 
 /// The names of the spans the layers record, defined once here and used by every crate that

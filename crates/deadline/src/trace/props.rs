@@ -340,11 +340,13 @@ proptest! {
             start_ms: 1,
             end_ms: 2,
             outcome: Outcome::Word(outcome::TIMEOUT),
-            attempts: vec![
+            attempts: [
                 attempt(sent, first.clone()),
                 attempt(sent / 2, second),
                 AttemptSpan { start_ms: 9, end_ms: 4, outcome: Outcome::Word(outcome::SKIPPED), callee: None },
-            ],
+            ]
+            .into_iter()
+            .collect(),
         };
         let (spliced, decoded) = spliced_and_decoded(&call, depth);
         prop_assert_eq!(spliced, decoded);

@@ -124,7 +124,55 @@ pub struct CallSpan {
     /// How it ended.
     pub outcome: Outcome,
     /// Its attempts, in order.
-    pub attempts: Vec<AttemptSpan>,
+    pub attempts: Attempts,
+}
+
+/// A call's attempts, in order: the first kept inline (most calls send one, so recording it
+/// allocates nothing), the others in a vector.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempts {
+    first: Option<AttemptSpan>,
+    more: Vec<AttemptSpan>,
+}
+
+impl Attempts {
+    /// No attempts.
+    pub fn new() -> Attempts {
+        Attempts::default()
+    }
+
+    /// Appends `attempt`.
+    pub fn push(&mut self, attempt: AttemptSpan) {
+        match self.first {
+            None => self.first = Some(attempt),
+            Some(_) => self.more.push(attempt),
+        }
+    }
+
+    /// The attempts, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &AttemptSpan> {
+        self.first.iter().chain(&self.more)
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+}
+
+impl FromIterator<AttemptSpan> for Attempts {
+    fn from_iter<I: IntoIterator<Item = AttemptSpan>>(iter: I) -> Attempts {
+        let mut attempts = Attempts::new();
+        for attempt in iter {
+            attempts.push(attempt);
+        }
+        attempts
+    }
 }
 
 impl CallSpan {
@@ -134,7 +182,7 @@ impl CallSpan {
         let mut dropped = 0u64;
         let mut call =
             Span::new(&*self.name, self.start_ms, self.end_ms).with_outcome(self.outcome.as_str());
-        for attempt in &self.attempts {
+        for attempt in self.attempts.iter() {
             let mut span = Span::new(ATTEMPT, attempt.start_ms, attempt.end_ms)
                 .with_outcome(attempt.outcome.as_str());
             if let Some(callee) = &attempt.callee {
