@@ -100,6 +100,9 @@ impl<B, E> State<B, E> {
 }
 
 /// What a state's function decided.
+// Built and consumed within one poll, never stored: its size costs a copy, a box would cost an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 enum Step<B, E> {
     /// Wait to be woken.
     Pending,
@@ -111,6 +114,8 @@ enum Step<B, E> {
 }
 
 /// How a request ended, with what its answer needs (read before the state is dropped).
+// Built and consumed within one poll, as `Step`.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Ending<B, E> {
     /// Answered on arrival.
     Rejected { status: StatusCode, message: String },
