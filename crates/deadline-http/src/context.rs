@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use deadline::Deadline;
 use deadline::trace::{CallSpan, Recorded, Span};
+use tokio::task::futures::TaskLocalFuture;
 use tokio::time::Instant;
 
 pub use crate::activity::Activity;
@@ -109,6 +110,15 @@ impl DeadlineContext {
 
     /// Runs `future` with this context as the current one.
     pub fn scope<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
+        CURRENT.scope(Some(self), future)
+    }
+
+    /// As [`scope`](Self::scope), with a type that can be named (the enforce layer's future
+    /// holds it unboxed).
+    pub(crate) fn scoped<F: Future>(
+        self,
+        future: F,
+    ) -> TaskLocalFuture<Option<DeadlineContext>, F> {
         CURRENT.scope(Some(self), future)
     }
 

@@ -45,13 +45,13 @@ impl EnforceDeadlineLayer {
 
 /// The queue wait and the work on their own task, run to their end whatever happens to the
 /// caller.
-pub(crate) fn call<S, ReqB, ResB>(
+pub(crate) fn call<S, ReqB, ResB, F>(
     inner: S,
     settings: &Arc<HopSettings>,
     mut request: Request<ReqB>,
     mut recorder: Recorder,
     arrival: Instant,
-) -> ResponseFuture<ResB, S::Error>
+) -> ResponseFuture<ResB, S::Error, F>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,

@@ -1,8 +1,9 @@
 //! [`ResponseFuture`], the future returned by [`EnforceDeadline`](super::EnforceDeadline).
 //!
 //! A state machine in tower's shape: a state enum in a pinned field, one small function per
-//! state, and `this.state.set(…)` to move on. The work itself waits in the future (not in a
-//! state) until it starts, so no state has to be taken apart to move it along.
+//! state, and `this.state.set(…)` to move on. The work itself is a pinned field of the future,
+//! not part of a state: it is polled in place from its first poll to its end and never moved,
+//! so it needs no box, and no state has to be taken apart to move it along.
 //!
 //! # The tie between the work and the cutoff
 //!
@@ -16,15 +17,18 @@
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::task::futures::TaskLocalFuture;
 use tokio::time::{Instant, Sleep};
+use tower::util::Oneshot;
 
 use super::HopSettings;
 use super::body::EnforceBody;
@@ -32,8 +36,9 @@ use super::hold::{HoldOutcome, Recorder};
 use super::hop_trace::trace_header;
 use crate::context::{Activity, ActivityGuard, DeadlineContext};
 
-/// The inner service's work for one request, already inside its context scope.
-pub(crate) type BoxWork<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
+/// The inner service's work for one request (a `oneshot` call: readiness, then the call),
+/// inside the request's context scope.
+pub type ScopedWork<S, R> = TaskLocalFuture<Option<DeadlineContext>, Oneshot<S, Request<R>>>;
 
 type BoxAcquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
@@ -44,13 +49,13 @@ pin_project! {
     /// service until the cutoff, and answers 504 itself when the cutoff comes first. Dropping it
     /// (the caller hung up) drops the inner work, releases the slot and reports the hold as
     /// [`HungUp`](super::HoldOutcome::HungUp).
-    pub struct ResponseFuture<B, E> {
-        // Field order is drop order: the work (and with it the slot) goes first, so a hold
+    pub struct ResponseFuture<B, E, F> {
+        // Field order is drop order: the work, then its slot (in the state) go first, so a hold
         // reported by the recorder's drop sees the slot already free.
         #[pin]
+        work: Option<F>,
+        #[pin]
         state: State<B, E>,
-        // The work, until it starts (then it moves into `State::Running`).
-        work: Option<BoxWork<B, E>>,
         // The timer for the cutoff, made the first time the future has to wait: a request whose
         // work is ready at once never touches the timer wheel.
         #[pin]
@@ -74,15 +79,15 @@ pub(crate) enum State<B, E> {
     },
     /// The inner service runs, racing the cutoff.
     Running {
-        work: BoxWork<B, E>,
         /// The worker slot, released when the work ends.
         _permit: Option<OwnedSemaphorePermit>,
     },
     /// Baseline mode: the work runs on its own task, whatever happens to this future.
     #[cfg(feature = "baseline")]
     Baseline { task: super::baseline::Task<B, E> },
-    /// The answer was given.
-    Done,
+    /// The answer was given. (The marker holds the output's types, which only the baseline
+    /// state otherwise names.)
+    Done(PhantomData<fn() -> (B, E)>),
 }
 
 impl<B, E> State<B, E> {
@@ -94,7 +99,7 @@ impl<B, E> State<B, E> {
             State::Running { .. } => "running",
             #[cfg(feature = "baseline")]
             State::Baseline { .. } => "baseline",
-            State::Done => "done",
+            State::Done(_) => "done",
         }
     }
 }
@@ -143,7 +148,7 @@ pub(crate) struct Reply {
     pub(crate) recorder: Option<Recorder>,
 }
 
-impl<B, E> fmt::Debug for ResponseFuture<B, E> {
+impl<B, E, F> fmt::Debug for ResponseFuture<B, E, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("state", &self.state.name())
@@ -153,18 +158,18 @@ impl<B, E> fmt::Debug for ResponseFuture<B, E> {
     }
 }
 
-impl<B, E> ResponseFuture<B, E> {
+impl<B, E, F> ResponseFuture<B, E, F> {
     /// A request answered on arrival with `status` and `message`.
     pub(crate) fn reject(reply: Reply, status: StatusCode, message: String) -> Self {
         ResponseFuture::new(State::Reject { status, message }, None, reply)
     }
 
     /// A request whose `work` waits for one of `slots` (if any), then runs until the cutoff.
-    pub(crate) fn run(reply: Reply, work: BoxWork<B, E>, slots: Option<Arc<Semaphore>>) -> Self {
+    pub(crate) fn run(reply: Reply, work: F, slots: Option<Arc<Semaphore>>) -> Self {
         ResponseFuture::new(State::Start { slots }, Some(work), reply)
     }
 
-    pub(crate) fn new(state: State<B, E>, work: Option<BoxWork<B, E>>, reply: Reply) -> Self {
+    pub(crate) fn new(state: State<B, E>, work: Option<F>, reply: Reply) -> Self {
         ResponseFuture {
             state,
             work,
@@ -174,7 +179,10 @@ impl<B, E> ResponseFuture<B, E> {
     }
 }
 
-impl<B, E> Future for ResponseFuture<B, E> {
+impl<B, E, F> Future for ResponseFuture<B, E, F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
     type Output = Result<Response<EnforceBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -185,17 +193,19 @@ impl<B, E> Future for ResponseFuture<B, E> {
                     status: *status,
                     message: std::mem::take(message),
                 }),
-                State::Start { slots } => start(slots.take(), this.work, this.reply),
+                State::Start { slots } => start(slots.take(), this.reply),
                 State::Queued { acquire, .. } => {
-                    queued(acquire, this.work, this.reply, this.sleep.as_mut(), cx)
+                    queued(acquire, this.reply, this.sleep.as_mut(), cx)
                 }
-                State::Running { work, .. } => running(work, this.reply, this.sleep.as_mut(), cx),
+                State::Running { .. } => {
+                    running(this.work.as_mut(), this.reply, this.sleep.as_mut(), cx)
+                }
                 #[cfg(feature = "baseline")]
                 State::Baseline { task } => match super::baseline::poll(task, cx) {
                     Poll::Ready(joined) => Step::End(Ending::Baseline(joined)),
                     Poll::Pending => Step::Pending,
                 },
-                State::Done => panic!("ResponseFuture polled after completion"),
+                State::Done(_) => panic!("ResponseFuture polled after completion"),
             };
             match step {
                 Step::Pending => return Poll::Pending,
@@ -203,8 +213,8 @@ impl<B, E> Future for ResponseFuture<B, E> {
                 Step::End(ending) => {
                     // The work is over: drop it and release the slot before the answer is made
                     // (and so before its body is written).
-                    this.state.set(State::Done);
-                    *this.work = None;
+                    this.work.set(None);
+                    this.state.set(State::Done(PhantomData));
                     return Poll::Ready(this.reply.end(ending));
                 }
             }
@@ -213,11 +223,7 @@ impl<B, E> Future for ResponseFuture<B, E> {
 }
 
 /// First poll: take a free slot and start, or join the queue.
-fn start<B, E>(
-    slots: Option<Arc<Semaphore>>,
-    work: &mut Option<BoxWork<B, E>>,
-    reply: &mut Reply,
-) -> Step<B, E> {
+fn start<B, E>(slots: Option<Arc<Semaphore>>, reply: &mut Reply) -> Step<B, E> {
     let permit = match slots {
         None => None,
         Some(slots) => match slots.clone().try_acquire_owned() {
@@ -232,20 +238,19 @@ fn start<B, E>(
             }
         },
     };
-    begin(work, permit, reply)
+    begin(permit, reply)
 }
 
 /// In the queue: start when a slot comes, give up at the cutoff.
 fn queued<B, E>(
     acquire: &mut BoxAcquire,
-    work: &mut Option<BoxWork<B, E>>,
     reply: &mut Reply,
     sleep: Pin<&mut Option<Sleep>>,
     cx: &mut Context<'_>,
 ) -> Step<B, E> {
     match acquire.as_mut().poll(cx) {
         // `Err` only if the semaphore were closed, which it never is.
-        Poll::Ready(permit) => begin(work, permit.ok(), reply),
+        Poll::Ready(permit) => begin(permit.ok(), reply),
         Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::GaveUp {
             now: Instant::now(),
             activity: reply.ctx.activity(),
@@ -256,13 +261,19 @@ fn queued<B, E>(
 
 /// Working: the work's answer, or the cutoff. The work is polled first, so it wins a tie
 /// (see the [module docs](self#the-tie-between-the-work-and-the-cutoff)).
-fn running<B, E>(
-    work: &mut BoxWork<B, E>,
+fn running<B, E, F>(
+    work: Pin<&mut Option<F>>,
     reply: &mut Reply,
     sleep: Pin<&mut Option<Sleep>>,
     cx: &mut Context<'_>,
-) -> Step<B, E> {
-    match work.as_mut().poll(cx) {
+) -> Step<B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    let work = work
+        .as_pin_mut()
+        .expect("the work stays in the future until it ends");
+    match work.poll(cx) {
         Poll::Ready(result) => Step::End(Ending::Worked {
             result,
             now: Instant::now(),
@@ -279,29 +290,19 @@ fn running<B, E>(
 
 /// Starts the work with `permit`, unless the cutoff has already passed (a slot that came free at
 /// the cutoff itself is too late): nothing starts after its deadline.
-fn begin<B, E>(
-    work: &mut Option<BoxWork<B, E>>,
-    permit: Option<OwnedSemaphorePermit>,
-    reply: &mut Reply,
-) -> Step<B, E> {
+fn begin<B, E>(permit: Option<OwnedSemaphorePermit>, reply: &mut Reply) -> Step<B, E> {
     let now = Instant::now();
-    let too_late = reply.cutoff.is_some_and(|cutoff| now >= cutoff);
-    match work.take() {
-        Some(work) if !too_late => {
-            if let Some(recorder) = reply.recorder.as_mut() {
-                recorder.start(now);
-            }
-            Step::Next(State::Running {
-                work,
-                _permit: permit,
-            })
-        }
-        // Too late (or, never, no work left to start): the work and the slot go unused.
-        _ => Step::End(Ending::GaveUp {
+    if reply.cutoff.is_some_and(|cutoff| now >= cutoff) {
+        // Too late: the work and the slot go unused.
+        return Step::End(Ending::GaveUp {
             now,
             activity: Activity::Queued,
-        }),
+        });
     }
+    if let Some(recorder) = reply.recorder.as_mut() {
+        recorder.start(now);
+    }
+    Step::Next(State::Running { _permit: permit })
 }
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");

@@ -152,7 +152,7 @@ pub use layer::EnforceDeadlineLayer;
 
 use crate::context::DeadlineContext;
 use crate::time;
-use future::{BoxWork, Reply, ResponseFuture};
+use future::{Reply, ResponseFuture, ScopedWork};
 use hold::Recorder;
 
 /// `X-Request-Id`: read into each [`Hold`] report, so reports from different hops can be joined.
@@ -239,7 +239,7 @@ where
 {
     type Response = Response<EnforceBody<ResB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResB, S::Error>;
+    type Future = ResponseFuture<ResB, S::Error, ScopedWork<S, ReqB>>;
 
     /// Always ready: the inner service's readiness is awaited inside each request's future,
     /// after its slot and before its cutoff.
@@ -318,8 +318,7 @@ where
         if let Some(deadline) = deadline {
             extensions.insert(deadline);
         }
-        let work: BoxWork<ResB, S::Error> =
-            Box::pin(ctx.clone().scope(self.inner.clone().oneshot(request)));
+        let work = ctx.clone().scoped(self.inner.clone().oneshot(request));
         let reply = Reply {
             cutoff: cutoff.map(time::to_tokio),
             ctx,

@@ -986,6 +986,6 @@ const _: fn() = || {
             tower::util::BoxCloneSyncService<Request<()>, Response<Body>, String>,
         >,
     >();
-    sendable::<deadline_http::enforce::future::ResponseFuture<Body, String>>();
+    sendable::<<deadline_http::EnforceDeadline<Inner> as Service<Request<()>>>::Future>();
     sendable::<EnforceBody<Body>>();
 };
