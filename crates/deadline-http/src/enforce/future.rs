@@ -105,9 +105,6 @@ impl<B, E> State<B, E> {
 }
 
 /// What a state's function decided.
-// Built and consumed within one poll, never stored: its size costs a copy, a box would cost an
-// allocation.
-#[allow(clippy::large_enum_variant)]
 enum Step<B, E> {
     /// Wait to be woken.
     Pending,
@@ -119,8 +116,6 @@ enum Step<B, E> {
 }
 
 /// How a request ended, with what its answer needs (read before the state is dropped).
-// Built and consumed within one poll, as `Step`.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Ending<B, E> {
     /// Answered on arrival.
     Rejected { status: StatusCode, message: String },
@@ -135,7 +130,9 @@ pub(crate) enum Ending<B, E> {
     Cut { now: Instant, activity: Activity },
     /// Baseline mode: the spawned work ended (or the runtime cancelled it).
     #[cfg(feature = "baseline")]
-    Baseline(super::baseline::Joined<B, E>),
+    /// Boxed: it holds the hold's recorder, which would make every `Ending` (and `Step`) as
+    /// large; the baseline is a comparison mode, where an allocation does not matter.
+    Baseline(Box<super::baseline::Joined<B, E>>),
 }
 
 /// What every state needs to answer: the request's cutoff, context, hop settings and hold.
@@ -202,7 +199,7 @@ where
                 }
                 #[cfg(feature = "baseline")]
                 State::Baseline { task } => match super::baseline::poll(task, cx) {
-                    Poll::Ready(joined) => Step::End(Ending::Baseline(joined)),
+                    Poll::Ready(joined) => Step::End(Ending::Baseline(Box::new(joined))),
                     Poll::Pending => Step::Pending,
                 },
                 State::Done(_) => panic!("ResponseFuture polled after completion"),
@@ -357,7 +354,7 @@ impl Reply {
                 Ok(self.deadline(recorder, &activity))
             }
             #[cfg(feature = "baseline")]
-            Ending::Baseline(joined) => super::baseline::answer(self, joined),
+            Ending::Baseline(joined) => super::baseline::answer(self, *joined),
         }
     }
 
