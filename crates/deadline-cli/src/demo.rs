@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use deadline::trace::name;
 use serde::Serialize;
 
 use crate::harness::{Chain, Scenario, UserResult, one_user, user_client};
@@ -20,7 +21,7 @@ pub(crate) struct DemoArgs {
     /// Draw the timeline of every worker hold to this SVG file.
     #[arg(long)]
     svg: Option<PathBuf>,
-    /// Print one JSON document instead of the summary (fields: the README's "Machine-readable output").
+    /// Print one JSON document (`{"runs": [...]}`) on stdout instead of the summary.
     #[arg(long)]
     json: bool,
     /// How long the user waits, in ms; they send this less 50 ms as their budget.
@@ -31,7 +32,7 @@ pub(crate) struct DemoArgs {
     inventory_work: u64,
 }
 
-/// One run's figures. Field names are part of the interface (the README's "Machine-readable output").
+/// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DemoRun {
     pub(crate) deadlines: bool,
@@ -194,8 +195,8 @@ fn innermost(trace: &deadline::Trace) -> Option<String> {
         depth: usize,
         best: &mut Option<(usize, &'a deadline::Span)>,
     ) {
-        let is_hop = !matches!(span.name.as_str(), "queue" | "work" | "attempt")
-            && !span.name.starts_with("call");
+        let is_hop = ![name::QUEUE, name::WORK, name::ATTEMPT].contains(&span.name.as_str())
+            && !name::is_call(&span.name);
         if is_hop && best.is_none_or(|(d, _)| depth >= d) {
             *best = Some((depth, span));
         }
@@ -209,7 +210,7 @@ fn innermost(trace: &deadline::Trace) -> Option<String> {
     }
     best.map(|(_, s)| {
         let outcome = s.outcome.as_deref().unwrap_or("?");
-        let work = s.children.iter().find(|c| c.name == "work");
+        let work = s.children.iter().find(|c| c.name == name::WORK);
         let detail = work.map_or(String::new(), |w| {
             format!(
                 ", worked {} ms ({})",

@@ -398,7 +398,7 @@ pub(crate) async fn one_user(
     Ok(match result {
         Ok(Ok((status, trace, body))) => UserResult {
             status: Some(status),
-            elapsed: start.elapsed(),
+            elapsed: tokio::time::Instant::now().saturating_duration_since(start),
             sent_ms,
             left_ms,
             trace,
@@ -407,7 +407,7 @@ pub(crate) async fn one_user(
         // A connection error before the wait is up is an answer too: nothing to read.
         Ok(Err(_)) => UserResult {
             status: None,
-            elapsed: start.elapsed(),
+            elapsed: tokio::time::Instant::now().saturating_duration_since(start),
             sent_ms,
             left_ms,
             trace: None,

@@ -172,7 +172,10 @@ pub(crate) async fn settle(
             name: (*name).to_owned(),
             idle: *idle,
             after,
-            settled_ms: since.elapsed().as_secs_f64() * 1_000.0,
+            settled_ms: Instant::now()
+                .saturating_duration_since(since)
+                .as_secs_f64()
+                * 1_000.0,
             returned,
         });
     }

@@ -38,7 +38,7 @@ pub(crate) struct LoadArgs {
     /// with < 1 % of worker time after users left, and the run without wasted most of its time.
     #[arg(long)]
     check: bool,
-    /// Print one JSON document instead of the table (fields: the README's "Machine-readable output").
+    /// Print one JSON document (`{"runs": [...], "check": {...}}`) on stdout instead of the table.
     #[arg(long)]
     json: bool,
     /// Draw the share answered in time, second by second, for both runs.
@@ -82,7 +82,7 @@ pub(crate) struct LoadArgs {
     seed: u64,
 }
 
-/// One run's figures. Field names are part of the interface (the README's "Machine-readable output").
+/// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct LoadRun {
     pub(crate) deadlines: bool,
@@ -231,7 +231,7 @@ async fn run_once(
     for i in 0..total {
         let due = start + period.mul_f64(i as f64);
         tokio::time::sleep_until(due).await;
-        let lateness_ms = due.elapsed().as_secs_f64() * 1_000.0;
+        let lateness_ms = Instant::now().saturating_duration_since(due).as_secs_f64() * 1_000.0;
         let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
         let id = format!("load-{}-{i}", args.seed);
         users.spawn(async move {

@@ -414,7 +414,9 @@ async fn handle(
             format!(
                 "{}: done in {} ms\n",
                 config.name,
-                started.elapsed().as_millis()
+                Instant::now()
+                    .saturating_duration_since(started)
+                    .as_millis()
             ),
         ));
     };

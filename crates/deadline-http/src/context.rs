@@ -20,39 +20,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use deadline::Deadline;
-use deadline::trace::Span;
+use deadline::trace::{CallSpan, Recorded, Span};
+use tokio::task::futures::TaskLocalFuture;
 use tokio::time::Instant;
 
+pub use crate::activity::Activity;
 use crate::error::DeadlineExceeded;
+use crate::time;
 
 tokio::task_local! {
     static CURRENT: Option<DeadlineContext>;
-}
-
-/// What the hop was doing for a request: said in a 504's body, so the edge learns where the
-/// time went.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Activity {
-    /// Waiting for a worker slot.
-    Queued,
-    /// Running the handler.
-    Working,
-    /// Waiting for a downstream call.
-    Calling {
-        /// The downstream, as `host:port` or a name.
-        target: String,
-    },
-}
-
-impl fmt::Display for Activity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Activity::Queued => f.write_str("queued for a worker"),
-            Activity::Working => f.write_str("working"),
-            Activity::Calling { target } => write!(f, "calling {target}"),
-        }
-    }
 }
 
 /// The deadline and trace of one request, shared by everything that runs for it.
@@ -67,7 +44,7 @@ struct Inner {
     deadline: Option<Deadline>,
     reserve: Duration,
     arrival: Instant,
-    state: Mutex<State>,
+    log: Mutex<WorkLog>,
 }
 
 /// An entry of the activity stack. Outbound calls enter one per attempt, so their target is
@@ -89,14 +66,16 @@ impl Entered {
     }
 }
 
+/// What the request's work is doing (its activity stack) and has recorded for the trace.
 #[derive(Default)]
-struct State {
+struct WorkLog {
     /// What the hop is doing, most recent last, each entry owned by one guard. A stack rather
     /// than one slot, so overlapping calls (`join!`, spawned tasks) leaving in any order still
     /// leave the right activity behind.
     activities: Vec<(u64, Entered)>,
     next_guard: u64,
-    spans: Vec<Span>,
+    /// Spans and calls recorded for the trace, in the order they were recorded.
+    recorded: Vec<Recorded>,
     dropped: u64,
 }
 
@@ -119,7 +98,7 @@ impl DeadlineContext {
                 deadline,
                 reserve,
                 arrival,
-                state: Mutex::new(State::default()),
+                log: Mutex::new(WorkLog::default()),
             }),
         }
     }
@@ -134,6 +113,15 @@ impl DeadlineContext {
         CURRENT.scope(Some(self), future)
     }
 
+    /// As [`scope`](Self::scope), with a type that can be named (the enforce layer's future
+    /// holds it unboxed).
+    pub(crate) fn scoped<F: Future>(
+        self,
+        future: F,
+    ) -> TaskLocalFuture<Option<DeadlineContext>, F> {
+        CURRENT.scope(Some(self), future)
+    }
+
     /// The request's deadline, if it has one.
     pub fn deadline(&self) -> Option<Deadline> {
         self.inner.deadline
@@ -143,7 +131,7 @@ impl DeadlineContext {
     pub fn cutoff(&self) -> Option<Deadline> {
         self.inner
             .deadline
-            .map(|d| d.earlier_by(self.inner.reserve, self.inner.arrival.into_std()))
+            .map(|d| d.earlier_by(self.inner.reserve, time::to_std(self.inner.arrival)))
     }
 
     /// The time kept back for writing the reply.
@@ -159,15 +147,14 @@ impl DeadlineContext {
     /// Time left before the work must stop (the deadline less the reserve), or `None` without a
     /// deadline.
     pub fn remaining(&self) -> Option<Duration> {
-        self.cutoff()
-            .map(|c| c.remaining(Instant::now().into_std()))
+        self.cutoff().map(|c| c.remaining(time::now()))
     }
 
     /// `Err` once the work should stop: the cooperative check for CPU-bound code, which the
     /// layer cannot interrupt between await points.
     pub fn check(&self) -> Result<(), DeadlineExceeded> {
         match self.cutoff() {
-            Some(cutoff) if cutoff.is_expired(Instant::now().into_std()) => {
+            Some(cutoff) if cutoff.is_expired(time::now()) => {
                 Err(DeadlineExceeded::new(self.activity()))
             }
             _ => Ok(()),
@@ -184,7 +171,12 @@ impl DeadlineContext {
     /// Adds a span to this hop's trace (times in ms since arrival; see
     /// [`ms_since_arrival`](Self::ms_since_arrival)).
     pub fn record(&self, span: Span) {
-        self.lock().spans.push(span);
+        self.lock().recorded.push(Recorded::Span(span));
+    }
+
+    /// Adds an outbound call to this hop's trace, its callees' traces still encoded.
+    pub(crate) fn record_call(&self, call: CallSpan) {
+        self.lock().recorded.push(Recorded::Call(call));
     }
 
     /// Counts spans that a callee dropped, so the edge learns that its trace is incomplete.
@@ -193,12 +185,30 @@ impl DeadlineContext {
         state.dropped = state.dropped.saturating_add(dropped);
     }
 
-    /// Takes the spans recorded so far and the dropped count.
+    /// Takes the spans recorded so far and the dropped count (including the spans the
+    /// callees of recorded calls dropped). Calls are turned into span trees, their callees'
+    /// traces decoded; [`take_recorded`](Self::take_recorded) takes them as they are.
     pub fn take_spans(&self) -> (Vec<Span>, u64) {
-        let mut state = self.lock();
+        let (recorded, mut dropped) = self.take_recorded();
+        let spans = recorded
+            .into_iter()
+            .map(|entry| {
+                let (span, callees_dropped) = entry.into_span();
+                dropped = dropped.saturating_add(callees_dropped);
+                span
+            })
+            .collect();
+        (spans, dropped)
+    }
+
+    /// Takes what was recorded so far, as it was recorded (the callees' traces of calls still
+    /// encoded, and not counted in the dropped count), and the dropped count: what the enforce
+    /// layer writes into the hop's trace with [`HopTrace`](deadline::trace::HopTrace).
+    pub fn take_recorded(&self) -> (Vec<Recorded>, u64) {
+        let mut log = self.lock();
         (
-            std::mem::take(&mut state.spans),
-            std::mem::take(&mut state.dropped),
+            std::mem::take(&mut log.recorded),
+            std::mem::take(&mut log.dropped),
         )
     }
 
@@ -233,10 +243,10 @@ impl DeadlineContext {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, WorkLog> {
         // A panic while recording a span loses at most that span; keep serving.
         self.inner
-            .state
+            .log
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }

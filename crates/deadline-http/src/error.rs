@@ -9,8 +9,9 @@ use std::fmt;
 use std::time::Duration;
 
 use deadline::Stop;
+use deadline::trace::outcome;
 
-use crate::context::Activity;
+use crate::activity::Activity;
 
 /// A boxed error, as tower and hyper use for errors they erase.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -89,14 +90,14 @@ impl std::error::Error for DeadlineExceeded {}
 
 /// An outbound attempt was not sent because it could not have finished (or every attempt was
 /// used), with the planner's figures.
+///
+/// Its figures are read with [`sent`](Self::sent), [`stop`](Self::stop),
+/// [`remaining`](Self::remaining) and [`needed`](Self::needed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttemptSkipped {
-    /// Attempts sent before this one.
-    pub sent: u32,
-    /// Why the planner stopped.
-    pub stop: Stop,
-    /// Time left before the caller's deadline when the attempt was considered.
-    pub remaining: Option<Duration>,
+    sent: u32,
+    stop: Stop,
+    remaining: Option<Duration>,
 }
 
 impl AttemptSkipped {
@@ -111,6 +112,22 @@ impl AttemptSkipped {
             stop,
             remaining,
         }
+    }
+
+    /// Attempts sent before this one.
+    pub fn sent(&self) -> u32 {
+        self.sent
+    }
+
+    /// Why the planner stopped.
+    pub fn stop(&self) -> Stop {
+        self.stop
+    }
+
+    /// Time left before the caller's deadline when the attempt was considered, when lack of
+    /// time was the reason.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.remaining
     }
 
     /// The time an attempt needs (margin plus the minimum useful budget), when lack of time
@@ -217,11 +234,11 @@ impl CallError {
     /// The short word the call's trace span ends with.
     pub(crate) fn outcome(&self) -> &'static str {
         match self {
-            CallError::DeadlineExceeded(_) => "deadline",
-            CallError::AttemptSkipped(_) => "skipped",
-            CallError::TimedOut { .. } => "timeout",
-            CallError::Inner { .. } => "error",
-            CallError::InvalidRequest(_) => "invalid",
+            CallError::DeadlineExceeded(_) => outcome::DEADLINE,
+            CallError::AttemptSkipped(_) => outcome::SKIPPED,
+            CallError::TimedOut { .. } => outcome::TIMEOUT,
+            CallError::Inner { .. } => outcome::ERROR,
+            CallError::InvalidRequest(_) => outcome::INVALID,
         }
     }
 }
@@ -247,13 +264,16 @@ impl fmt::Display for CallError {
     }
 }
 
+/// The deadline variants give their wrapped error as the source, so code that walks an error
+/// chain (or downcasts each link) finds the [`DeadlineExceeded`] or [`AttemptSkipped`] there,
+/// as it finds the inner service's error of [`CallError::Inner`]. Their message is the wrapped
+/// error's too, so a printer of whole chains shows it twice.
 impl std::error::Error for CallError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            // These delegate their message, so they are not repeated as a source.
-            CallError::DeadlineExceeded(_)
-            | CallError::AttemptSkipped(_)
-            | CallError::TimedOut { .. } => None,
+            CallError::DeadlineExceeded(e) => Some(e),
+            CallError::AttemptSkipped(e) => Some(e),
+            CallError::TimedOut { .. } => None,
             CallError::Inner { source, .. } => Some(source.as_ref()),
             CallError::InvalidRequest(e) => Some(e),
         }
@@ -327,9 +347,10 @@ mod tests {
             unreachable!()
         };
         assert_eq!(
-            (inner.remaining, inner.needed()),
+            (inner.remaining(), inner.needed()),
             (Some(ms(50)), Some(ms(100)))
         );
+        assert_eq!((inner.sent(), inner.stop()), (0, not_enough(1)));
 
         let timed_out = CallError::TimedOut {
             attempts_sent: 3,
@@ -349,6 +370,27 @@ mod tests {
         assert!(call.is_skipped());
         let boxed: BoxError = Box::new(DeadlineExceeded::new(Activity::Queued));
         assert!(boxed.downcast_ref::<DeadlineExceeded>().is_some());
+    }
+
+    /// The deadline variants expose what they wrap, so a chain walker can downcast it.
+    #[test]
+    fn deadline_variants_expose_what_they_wrap_as_their_source() {
+        use std::error::Error as _;
+        let deadline =
+            CallError::DeadlineExceeded(DeadlineExceeded::calling("orders", 2, not_enough(3)));
+        let source = deadline.source().expect("a source");
+        let inner = source
+            .downcast_ref::<DeadlineExceeded>()
+            .expect("DeadlineExceeded");
+        assert_eq!(inner.attempts_sent(), Some(2));
+        let skipped = CallError::AttemptSkipped(AttemptSkipped::new(0, not_enough(1)));
+        let source = skipped.source().expect("a source");
+        assert!(source.downcast_ref::<AttemptSkipped>().is_some());
+        let timed_out = CallError::TimedOut {
+            attempts_sent: 3,
+            timeout: ms(1_000),
+        };
+        assert!(timed_out.source().is_none());
     }
 
     #[test]

@@ -34,7 +34,6 @@ use axum::response::{IntoResponse, Response};
 use deadline::Deadline;
 use http::StatusCode;
 use http::request::Parts;
-use tokio::time::Instant;
 
 use crate::context::DeadlineContext;
 use crate::error::DeadlineExceeded;
@@ -50,7 +49,7 @@ pub struct RequestDeadline(pub Deadline);
 impl RequestDeadline {
     /// Time left before the deadline (not counting the reply reserve), now.
     pub fn remaining(&self) -> Duration {
-        self.0.remaining(Instant::now().into_std())
+        self.0.remaining(crate::time::now())
     }
 
     /// The deadline the enforce layer put in the request extensions, if any: the one lookup

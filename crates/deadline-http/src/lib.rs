@@ -53,6 +53,7 @@
 //! that still stops at the deadline; [`detach`] runs work that must not inherit it. [`serve()`]
 //! serves any of it over HTTP/1.1 with `TCP_NODELAY` and graceful shutdown.
 
+mod activity;
 pub mod context;
 pub mod enforce;
 pub mod error;
@@ -61,6 +62,7 @@ pub mod extract;
 pub mod propagate;
 pub mod serve;
 pub mod spawn;
+mod time;
 
 pub use context::{Activity, DeadlineContext, check, current_deadline, detach, with_deadline};
 pub use enforce::{

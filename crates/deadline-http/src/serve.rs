@@ -17,7 +17,6 @@
 //! - **Graceful shutdown.** When `shutdown` completes, the listener is closed, idle connections
 //!   are closed, and in-flight requests get up to [`SHUTDOWN_GRACE`] to finish.
 
-use std::error::Error as StdError;
 use std::future::Future;
 use std::io;
 use std::pin::pin;
@@ -34,7 +33,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tower_service::Service;
 
-type BoxError = Box<dyn StdError + Send + Sync>;
+use crate::error::BoxError;
 
 /// How long a client may take to send a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);

@@ -32,7 +32,6 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::task::{JoinError, JoinHandle};
-use tokio::time::Instant;
 
 use crate::context::{Activity, DeadlineContext};
 use crate::error::DeadlineExceeded;
@@ -67,7 +66,7 @@ where
                     return Ok(future.await);
                 };
                 task_ctx.check()?;
-                let cutoff = tokio::time::sleep_until(Instant::from_std(cutoff.instant()));
+                let cutoff = crate::time::sleep_until(cutoff);
                 tokio::select! {
                     biased;
                     output = future => Ok(output),
@@ -258,7 +257,7 @@ where
     let joined = match cutoff {
         None => handle.await,
         Some(cutoff) => {
-            let cutoff = tokio::time::sleep_until(Instant::from_std(cutoff.instant()));
+            let cutoff = crate::time::sleep_until(cutoff);
             tokio::select! {
                 biased;
                 joined = handle => joined,
@@ -283,6 +282,8 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use deadline::Deadline;
+
+    use tokio::time::Instant;
 
     use super::*;
     use crate::context::current_deadline;

@@ -392,7 +392,7 @@ mod tests {
         read_budget(&headers(lines), MAX)
     }
 
-    /// CONTRACT 1.1, row by row.
+    /// The header's rules, row by row: absent, budgets in range, spent, malformed.
     #[test]
     fn absent_is_no_deadline() {
         assert_eq!(read(&[]), Ok(None));

@@ -167,6 +167,7 @@ impl CallPolicy {
     }
 
     /// The same policy with propagation switched.
+    #[must_use = "this returns a new policy; the original is unchanged"]
     pub fn with_propagate(mut self, propagate: bool) -> CallPolicy {
         self.propagate = propagate;
         self
@@ -175,6 +176,7 @@ impl CallPolicy {
 
 /// Builds a [`CallPolicy`]; [`CallPolicyBuilder::build`] validates it.
 #[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct CallPolicyBuilder(CallPolicy);
 
 impl CallPolicyBuilder {

@@ -137,7 +137,8 @@ async fn connection(
             }
         };
         if sent >= from {
-            let us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
+            let us = u64::try_from(Instant::now().saturating_duration_since(sent).as_micros())
+                .unwrap_or(u64::MAX);
             let _ = tally.histogram.record(us.clamp(1, HIST_MAX_US));
             tally.requests += 1;
             if status != 200 {

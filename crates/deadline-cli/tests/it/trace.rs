@@ -1,4 +1,4 @@
-//! `deadline trace`: the readable tree and the JSON shape the README documents.
+//! `deadline trace`: the readable tree and the JSON shape of a decoded `Deadline-Trace`.
 
 use crate::util::bin;
 

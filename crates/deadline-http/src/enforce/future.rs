@@ -1,32 +1,46 @@
 //! [`ResponseFuture`], the future returned by [`EnforceDeadline`](super::EnforceDeadline).
+//!
+//! A state machine in tower's shape: a state enum in a pinned field, one small function per
+//! state, and `this.state.set(…)` to move on. The work itself is a pinned field of the future,
+//! not part of a state: it is polled in place from its first poll to its end and never moved,
+//! so it needs no box, and no state has to be taken apart to move it along.
+//!
+//! # The tie between the work and the cutoff
+//!
+//! While the work runs, each poll polls the work **first** and looks at the cutoff only when
+//! the work is still pending. So when both are ready at the same poll (the handler finished at
+//! the very instant the cutoff came), **the work wins**: its answer is delivered, not a 504.
+//! The answer is there and costs nothing more to send; the reply reserve is what keeps it in
+//! time. Starting is the other way round: a worker slot that comes free at the cutoff itself is
+//! too late, and the request is answered 504 without starting (nothing starts after its
+//! deadline). Tests pin both.
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use deadline::trace::{MAX_MS, Span, TRACE_HEADER, Trace};
 use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, TryAcquireError};
-use tokio::task::JoinHandle;
+use tokio::task::futures::TaskLocalFuture;
 use tokio::time::{Instant, Sleep};
+use tower::util::Oneshot;
 
-use super::Shared;
+use super::HopSettings;
 use super::body::EnforceBody;
-use super::hold::{Hold, HoldOutcome, Recorder};
+use super::hold::{HoldOutcome, Recorder};
+use super::hop_trace::trace_header;
 use crate::context::{Activity, ActivityGuard, DeadlineContext};
 
-/// The inner service's work for one request, already inside its context scope.
-pub(crate) type BoxWork<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
+/// The inner service's work for one request (a `oneshot` call: readiness, then the call),
+/// inside the request's context scope.
+pub type ScopedWork<S, R> = TaskLocalFuture<Option<DeadlineContext>, Oneshot<S, Request<R>>>;
 
 type BoxAcquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
-
-/// What a baseline task hands back: the work's result and the hold it filled in.
-pub(crate) type BaselineOutput<B, E> = (Result<Response<B>, E>, Recorder);
 
 pin_project! {
     /// The response future of [`EnforceDeadline`](super::EnforceDeadline).
@@ -35,49 +49,45 @@ pin_project! {
     /// service until the cutoff, and answers 504 itself when the cutoff comes first. Dropping it
     /// (the caller hung up) drops the inner work, releases the slot and reports the hold as
     /// [`HungUp`](super::HoldOutcome::HungUp).
-    pub struct ResponseFuture<B, E> {
-        // Field order is drop order: the work (and with it the slot) goes first, so a hold
+    pub struct ResponseFuture<B, E, F> {
+        // Field order is drop order: the work, then its slot (in the state) go first, so a hold
         // reported by the recorder's drop sees the slot already free.
+        #[pin]
+        work: Option<F>,
+        #[pin]
         state: State<B, E>,
-        // When work must stop, if the request has a deadline.
-        cutoff: Option<Instant>,
-        // The timer for `cutoff`, made the first time the future has to wait: a request whose
+        // The timer for the cutoff, made the first time the future has to wait: a request whose
         // work is ready at once never touches the timer wheel.
         #[pin]
         sleep: Option<Sleep>,
-        ctx: DeadlineContext,
-        shared: Arc<Shared>,
-        recorder: Option<Recorder>,
+        reply: Reply,
     }
 }
 
+/// The states of a [`ResponseFuture`]. Every future in them is boxed, so the enum is `Unpin`:
+/// it sits in a pinned field, is matched through `get_mut` and replaced with `set`.
 pub(crate) enum State<B, E> {
     /// Answered on arrival (400 or 504); the inner service is never called.
-    Reject {
-        status: StatusCode,
-        message: String,
-    },
+    Reject { status: StatusCode, message: String },
     /// Not polled yet: takes a slot (or queues for one) on the first poll.
-    Start {
-        work: BoxWork<B, E>,
-        slots: Option<Arc<Semaphore>>,
-    },
+    Start { slots: Option<Arc<Semaphore>> },
     /// Waiting in the slots' FIFO queue.
     Queued {
         acquire: BoxAcquire,
-        work: BoxWork<B, E>,
+        /// The hop is `queued` until this is dropped.
         _activity: ActivityGuard,
     },
     /// The inner service runs, racing the cutoff.
     Running {
-        work: BoxWork<B, E>,
+        /// The worker slot, released when the work ends.
         _permit: Option<OwnedSemaphorePermit>,
     },
     /// Baseline mode: the work runs on its own task, whatever happens to this future.
-    Baseline {
-        task: JoinHandle<BaselineOutput<B, E>>,
-    },
-    Done,
+    #[cfg(feature = "baseline")]
+    Baseline { task: super::baseline::Task<B, E> },
+    /// The answer was given. (The marker holds the output's types, which only the baseline
+    /// state otherwise names.)
+    Done(PhantomData<fn() -> (B, E)>),
 }
 
 impl<B, E> State<B, E> {
@@ -87,563 +97,335 @@ impl<B, E> State<B, E> {
             State::Start { .. } => "start",
             State::Queued { .. } => "queued",
             State::Running { .. } => "running",
+            #[cfg(feature = "baseline")]
             State::Baseline { .. } => "baseline",
-            State::Done => "done",
+            State::Done(_) => "done",
         }
     }
 }
 
-impl<B, E> fmt::Debug for ResponseFuture<B, E> {
+/// What a state's function decided.
+enum Step<B, E> {
+    /// Wait to be woken.
+    Pending,
+    /// Go on in this state.
+    Next(State<B, E>),
+    /// The request is over for this future: the state is dropped (the work and its slot with
+    /// it), then the answer is made.
+    End(Ending<B, E>),
+}
+
+/// How a request ended, with what its answer needs (read before the state is dropped).
+pub(crate) enum Ending<B, E> {
+    /// Answered on arrival.
+    Rejected { status: StatusCode, message: String },
+    /// The time ran out before the work started, while the hop was doing `activity`.
+    GaveUp { now: Instant, activity: Activity },
+    /// The work finished at `now`.
+    Worked {
+        result: Result<Response<B>, E>,
+        now: Instant,
+    },
+    /// The cutoff came at `now` while the work was doing `activity`.
+    Cut { now: Instant, activity: Activity },
+    /// Baseline mode: the spawned work ended (or the runtime cancelled it).
+    #[cfg(feature = "baseline")]
+    /// Boxed: it holds the hold's recorder, which would make every `Ending` (and `Step`) as
+    /// large; the baseline is a comparison mode, where an allocation does not matter.
+    Baseline(Box<super::baseline::Joined<B, E>>),
+}
+
+/// What every state needs to answer: the request's cutoff, context, hop settings and hold.
+pub(crate) struct Reply {
+    /// When work must stop, if the request has a deadline.
+    pub(crate) cutoff: Option<Instant>,
+    pub(crate) ctx: DeadlineContext,
+    pub(crate) settings: Arc<HopSettings>,
+    /// Taken when the answer is made (it goes into the response body, which reports the hold).
+    pub(crate) recorder: Option<Recorder>,
+}
+
+impl<B, E, F> fmt::Debug for ResponseFuture<B, E, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("state", &self.state.name())
-            .field("cutoff", &self.cutoff)
-            .field("ctx", &self.ctx)
+            .field("cutoff", &self.reply.cutoff)
+            .field("ctx", &self.reply.ctx)
             .finish_non_exhaustive()
     }
 }
 
-impl<B, E> ResponseFuture<B, E> {
-    pub(crate) fn new(
-        state: State<B, E>,
-        cutoff: Option<Instant>,
-        ctx: DeadlineContext,
-        shared: Arc<Shared>,
-        recorder: Option<Recorder>,
-    ) -> ResponseFuture<B, E> {
+impl<B, E, F> ResponseFuture<B, E, F> {
+    /// A request answered on arrival with `status` and `message`.
+    pub(crate) fn reject(reply: Reply, status: StatusCode, message: String) -> Self {
+        ResponseFuture::new(State::Reject { status, message }, None, reply)
+    }
+
+    /// A request whose `work` waits for one of `slots` (if any), then runs until the cutoff.
+    pub(crate) fn run(reply: Reply, work: F, slots: Option<Arc<Semaphore>>) -> Self {
+        ResponseFuture::new(State::Start { slots }, Some(work), reply)
+    }
+
+    pub(crate) fn new(state: State<B, E>, work: Option<F>, reply: Reply) -> Self {
         ResponseFuture {
             state,
-            cutoff,
+            work,
             sleep: None,
-            ctx,
-            shared,
-            recorder,
+            reply,
         }
     }
 }
 
-impl<B, E> Future for ResponseFuture<B, E> {
+impl<B, E, F> Future for ResponseFuture<B, E, F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
     type Output = Result<Response<EnforceBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let state = this.state;
-        let cutoff = *this.cutoff;
-        let mut sleep = this.sleep;
-        let ctx: &DeadlineContext = this.ctx;
-        let shared: &Shared = this.shared;
-        let recorder = this.recorder;
+        let mut this = self.project();
         loop {
-            match state {
-                State::Reject { .. } => {
-                    let State::Reject { status, message } = std::mem::replace(state, State::Done)
-                    else {
-                        unreachable!("matched above")
-                    };
-                    let mut recorder = take(recorder);
-                    recorder.answer(Some(status), HoldOutcome::Rejected);
-                    return Poll::Ready(Ok(own_answer(shared, ctx, recorder, status, message)));
+            let step = match this.state.as_mut().get_mut() {
+                State::Reject { status, message } => Step::End(Ending::Rejected {
+                    status: *status,
+                    message: std::mem::take(message),
+                }),
+                State::Start { slots } => start(slots.take(), this.reply),
+                State::Queued { acquire, .. } => {
+                    queued(acquire, this.reply, this.sleep.as_mut(), cx)
                 }
-                State::Start { slots, .. } => {
-                    let permit = match slots.take() {
-                        None => None,
-                        Some(slots) => match slots.clone().try_acquire_owned() {
-                            Ok(permit) => Some(permit),
-                            // The semaphore is never closed; if it were, run unlimited.
-                            Err(TryAcquireError::Closed) => None,
-                            Err(TryAcquireError::NoPermits) => {
-                                let State::Start { work, .. } =
-                                    std::mem::replace(state, State::Done)
-                                else {
-                                    unreachable!("matched above")
-                                };
-                                *state = State::Queued {
-                                    acquire: Box::pin(slots.acquire_owned()),
-                                    work,
-                                    _activity: ctx.enter(Activity::Queued),
-                                };
-                                continue;
-                            }
-                        },
-                    };
-                    let State::Start { work, .. } = std::mem::replace(state, State::Done) else {
-                        unreachable!("matched above")
-                    };
-                    if let Some(answer) = begin(state, cutoff, ctx, shared, recorder, work, permit)
-                    {
-                        return Poll::Ready(Ok(answer));
-                    }
+                State::Running { .. } => {
+                    running(this.work.as_mut(), this.reply, this.sleep.as_mut(), cx)
                 }
-                State::Queued { acquire, .. } => match acquire.as_mut().poll(cx) {
-                    Poll::Ready(permit) => {
-                        let State::Queued { work, .. } = std::mem::replace(state, State::Done)
-                        else {
-                            unreachable!("matched above")
-                        };
-                        // `Err` only if the semaphore were closed, which it never is.
-                        let permit = permit.ok();
-                        if let Some(answer) =
-                            begin(state, cutoff, ctx, shared, recorder, work, permit)
-                        {
-                            return Poll::Ready(Ok(answer));
-                        }
-                    }
-                    Poll::Pending => {
-                        if !fired(cutoff, sleep.as_mut(), cx) {
-                            return Poll::Pending;
-                        }
-                        let now = Instant::now();
-                        let activity = ctx.activity();
-                        // Leave the queue: dropping the acquire future gives up our place.
-                        *state = State::Done;
-                        return Poll::Ready(Ok(give_up(shared, ctx, recorder, now, &activity)));
-                    }
+                #[cfg(feature = "baseline")]
+                State::Baseline { task } => match super::baseline::poll(task, cx) {
+                    Poll::Ready(joined) => Step::End(Ending::Baseline(Box::new(joined))),
+                    Poll::Pending => Step::Pending,
                 },
-                State::Running { work, .. } => match work.as_mut().poll(cx) {
-                    Poll::Ready(result) => {
-                        let now = Instant::now();
-                        // The work is over: drop it and release the slot before the body is
-                        // written.
-                        *state = State::Done;
-                        let mut recorder = take(recorder);
-                        recorder.end(now);
-                        return Poll::Ready(match result {
-                            Ok(response) => Ok(deliver(shared, ctx, recorder, response, now)),
-                            Err(error) => {
-                                fail(recorder);
-                                Err(error)
-                            }
-                        });
-                    }
-                    Poll::Pending => {
-                        if !fired(cutoff, sleep.as_mut(), cx) {
-                            return Poll::Pending;
-                        }
-                        let now = Instant::now();
-                        // Read what the work was doing before dropping it: its guards restore
-                        // the activity as they go.
-                        let activity = ctx.activity();
-                        // Drop the work: outbound attempts record their spans as they go.
-                        *state = State::Done;
-                        let mut recorder = take(recorder);
-                        recorder.end(now);
-                        recorder.answer(Some(StatusCode::GATEWAY_TIMEOUT), HoldOutcome::Deadline);
-                        let message = exceeded(shared, recorder.hold(), &activity);
-                        return Poll::Ready(Ok(own_answer(
-                            shared,
-                            ctx,
-                            recorder,
-                            StatusCode::GATEWAY_TIMEOUT,
-                            message,
-                        )));
-                    }
-                },
-                State::Baseline { task } => match Pin::new(task).poll(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(joined) => {
-                        *state = State::Done;
-                        return Poll::Ready(match joined {
-                            Ok((Ok(response), recorder)) => {
-                                Ok(deliver(shared, ctx, recorder, response, Instant::now()))
-                            }
-                            Ok((Err(error), recorder)) => {
-                                fail(recorder);
-                                Err(error)
-                            }
-                            Err(join) => match join.try_into_panic() {
-                                Ok(panic) => std::panic::resume_unwind(panic),
-                                // Cancelled: the runtime is shutting down. The task's recorder
-                                // was dropped with it and reported the hold.
-                                // The answer still carries this hop's trace (CONTRACT 1.3).
-                                Err(_) => {
-                                    let status = StatusCode::SERVICE_UNAVAILABLE;
-                                    let root = deadline::Span::new(
-                                        &shared.trace_name,
-                                        0,
-                                        ctx.ms_since_arrival(Instant::now()),
-                                    )
-                                    .with_outcome(status.as_str());
-                                    let mut response = text_response(
-                                        status,
-                                        EnforceBody::text(
-                                            format!("{} is shutting down\n", shared.name),
-                                            None,
-                                        ),
-                                    );
-                                    response.headers_mut().insert(
-                                        TRACE_HEADER,
-                                        deadline::Trace::from_span(root).to_header_value(),
-                                    );
-                                    Ok(response)
-                                }
-                            },
-                        });
-                    }
-                },
-                State::Done => panic!("ResponseFuture polled after completion"),
+                State::Done(_) => panic!("ResponseFuture polled after completion"),
+            };
+            match step {
+                Step::Pending => return Poll::Pending,
+                Step::Next(state) => this.state.set(state),
+                Step::End(ending) => {
+                    // The work is over: drop it and release the slot before the answer is made
+                    // (and so before its body is written).
+                    this.work.set(None);
+                    this.state.set(State::Done(PhantomData));
+                    return Poll::Ready(this.reply.end(ending));
+                }
             }
         }
     }
 }
 
-const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
-
-fn take(recorder: &mut Option<Recorder>) -> Recorder {
-    recorder
-        .take()
-        .expect("the recorder stays in the future until it answers")
+/// First poll: take a free slot and start, or join the queue.
+fn start<B, E>(slots: Option<Arc<Semaphore>>, reply: &mut Reply) -> Step<B, E> {
+    let permit = match slots {
+        None => None,
+        Some(slots) => match slots.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            // The semaphore is never closed; if it were, run unlimited.
+            Err(TryAcquireError::Closed) => None,
+            Err(TryAcquireError::NoPermits) => {
+                return Step::Next(State::Queued {
+                    acquire: Box::pin(slots.acquire_owned()),
+                    _activity: reply.ctx.enter(Activity::Queued),
+                });
+            }
+        },
+    };
+    begin(permit, reply)
 }
 
-/// Whether the cutoff has come (never, without a deadline). Makes the timer the first time.
-fn fired(
-    cutoff: Option<Instant>,
-    mut sleep: Pin<&mut Option<Sleep>>,
+/// In the queue: start when a slot comes, give up at the cutoff.
+fn queued<B, E>(
+    acquire: &mut BoxAcquire,
+    reply: &mut Reply,
+    sleep: Pin<&mut Option<Sleep>>,
     cx: &mut Context<'_>,
-) -> bool {
-    let Some(cutoff) = cutoff else {
-        return false;
-    };
-    if sleep.is_none() {
-        sleep.set(Some(tokio::time::sleep_until(cutoff)));
+) -> Step<B, E> {
+    match acquire.as_mut().poll(cx) {
+        // `Err` only if the semaphore were closed, which it never is.
+        Poll::Ready(permit) => begin(permit.ok(), reply),
+        Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::GaveUp {
+            now: Instant::now(),
+            activity: reply.ctx.activity(),
+        }),
+        Poll::Pending => Step::Pending,
     }
-    sleep
+}
+
+/// Working: the work's answer, or the cutoff. The work is polled first, so it wins a tie
+/// (see the [module docs](self#the-tie-between-the-work-and-the-cutoff)).
+fn running<B, E, F>(
+    work: Pin<&mut Option<F>>,
+    reply: &mut Reply,
+    sleep: Pin<&mut Option<Sleep>>,
+    cx: &mut Context<'_>,
+) -> Step<B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    let work = work
         .as_pin_mut()
-        .is_some_and(|sleep| sleep.poll(cx).is_ready())
+        .expect("the work stays in the future until it ends");
+    match work.poll(cx) {
+        Poll::Ready(result) => Step::End(Ending::Worked {
+            result,
+            now: Instant::now(),
+        }),
+        // Read what the work was doing before it is dropped: its guards restore the activity
+        // as they go.
+        Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::Cut {
+            now: Instant::now(),
+            activity: reply.ctx.activity(),
+        }),
+        Poll::Pending => Step::Pending,
+    }
 }
 
 /// Starts the work with `permit`, unless the cutoff has already passed (a slot that came free at
 /// the cutoff itself is too late): nothing starts after its deadline.
-fn begin<B, E>(
-    state: &mut State<B, E>,
-    cutoff: Option<Instant>,
-    ctx: &DeadlineContext,
-    shared: &Shared,
-    recorder: &mut Option<Recorder>,
-    work: BoxWork<B, E>,
-    permit: Option<OwnedSemaphorePermit>,
-) -> Option<Response<EnforceBody<B>>> {
+fn begin<B, E>(permit: Option<OwnedSemaphorePermit>, reply: &mut Reply) -> Step<B, E> {
     let now = Instant::now();
-    if let Some(cutoff) = cutoff {
-        if now >= cutoff {
-            drop((work, permit));
-            return Some(give_up(shared, ctx, recorder, now, &Activity::Queued));
-        }
+    if reply.cutoff.is_some_and(|cutoff| now >= cutoff) {
+        // Too late: the work and the slot go unused.
+        return Step::End(Ending::GaveUp {
+            now,
+            activity: Activity::Queued,
+        });
     }
-    if let Some(recorder) = recorder.as_mut() {
+    if let Some(recorder) = reply.recorder.as_mut() {
         recorder.start(now);
     }
-    *state = State::Running {
-        work,
-        _permit: permit,
-    };
-    None
+    Step::Next(State::Running { _permit: permit })
 }
 
-/// The 504 for a request whose time ran out before its work started.
-fn give_up<B>(
-    shared: &Shared,
-    ctx: &DeadlineContext,
-    recorder: &mut Option<Recorder>,
-    now: Instant,
-    activity: &Activity,
-) -> Response<EnforceBody<B>> {
-    let mut recorder = take(recorder);
-    recorder.left_queue(now);
-    recorder.answer(Some(StatusCode::GATEWAY_TIMEOUT), HoldOutcome::Deadline);
-    let message = exceeded(shared, recorder.hold(), activity);
-    own_answer(shared, ctx, recorder, StatusCode::GATEWAY_TIMEOUT, message)
-}
+const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 
-/// `deadline exceeded at inventory while working: budget 600 ms, queued 0 ms, worked 590 ms`.
-fn exceeded(shared: &Shared, hold: &Hold, activity: &Activity) -> String {
-    format!(
-        "deadline exceeded at {} while {activity}: budget {} ms, queued {} ms, worked {} ms\n",
-        shared.name,
-        hold.budget_ms.unwrap_or(0),
-        hold.queued.as_millis(),
-        hold.worked.as_millis(),
-    )
+impl Reply {
+    /// Whether the cutoff has come (never, without a deadline). Makes the timer the first time.
+    fn fired(&self, mut sleep: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> bool {
+        let Some(cutoff) = self.cutoff else {
+            return false;
+        };
+        if sleep.is_none() {
+            sleep.set(Some(tokio::time::sleep_until(cutoff)));
+        }
+        sleep
+            .as_pin_mut()
+            .is_some_and(|sleep| sleep.poll(cx).is_ready())
+    }
+
+    fn take_recorder(&mut self) -> Recorder {
+        self.recorder
+            .take()
+            .expect("the recorder stays in the future until it answers")
+    }
+
+    /// The answer for `ending`.
+    fn end<B, E>(&mut self, ending: Ending<B, E>) -> Result<Response<EnforceBody<B>>, E> {
+        match ending {
+            Ending::Rejected { status, message } => {
+                let mut recorder = self.take_recorder();
+                recorder.answer(Some(status), HoldOutcome::Rejected);
+                Ok(self.own_answer(recorder, status, message))
+            }
+            Ending::GaveUp { now, activity } => {
+                let mut recorder = self.take_recorder();
+                recorder.left_queue(now);
+                Ok(self.deadline(recorder, &activity))
+            }
+            Ending::Worked { result, now } => {
+                let mut recorder = self.take_recorder();
+                recorder.end(now);
+                match result {
+                    Ok(response) => Ok(self.deliver(recorder, response, now)),
+                    Err(error) => {
+                        fail(recorder);
+                        Err(error)
+                    }
+                }
+            }
+            Ending::Cut { now, activity } => {
+                let mut recorder = self.take_recorder();
+                recorder.end(now);
+                Ok(self.deadline(recorder, &activity))
+            }
+            #[cfg(feature = "baseline")]
+            Ending::Baseline(joined) => super::baseline::answer(self, *joined),
+        }
+    }
+
+    /// The 504 for a request whose time ran out while the hop was doing `activity`:
+    /// `deadline exceeded at inventory while working: budget 600 ms, queued 0 ms, worked 590 ms`.
+    fn deadline<B>(&self, mut recorder: Recorder, activity: &Activity) -> Response<EnforceBody<B>> {
+        let status = StatusCode::GATEWAY_TIMEOUT;
+        recorder.answer(Some(status), HoldOutcome::Deadline);
+        let hold = recorder.hold();
+        let message = format!(
+            "deadline exceeded at {} while {activity}: budget {} ms, queued {} ms, worked {} ms\n",
+            self.settings.name,
+            hold.budget_ms.unwrap_or(0),
+            hold.queued.as_millis(),
+            hold.worked.as_millis(),
+        );
+        self.own_answer(recorder, status, message)
+    }
+
+    /// The inner service's answer, with this hop's trace; its body reports the hold when it
+    /// ends.
+    pub(crate) fn deliver<B>(
+        &self,
+        mut recorder: Recorder,
+        response: Response<B>,
+        now: Instant,
+    ) -> Response<EnforceBody<B>> {
+        let status = response.status();
+        recorder.answer(Some(status), HoldOutcome::of_status(status));
+        recorder.delivered();
+        let trace = trace_header(&self.settings, &self.ctx, recorder.hold(), status, now);
+        let (mut parts, body) = response.into_parts();
+        parts.headers.insert(deadline::TRACE_HEADER, trace);
+        Response::from_parts(parts, EnforceBody::inner(body, recorder))
+    }
+
+    /// One of the layer's own answers (400 or 504), with this hop's trace.
+    fn own_answer<B>(
+        &self,
+        mut recorder: Recorder,
+        status: StatusCode,
+        message: String,
+    ) -> Response<EnforceBody<B>> {
+        recorder.delivered();
+        let trace = trace_header(
+            &self.settings,
+            &self.ctx,
+            recorder.hold(),
+            status,
+            Instant::now(),
+        );
+        let mut response = text_response(status, EnforceBody::text(message, Some(recorder)));
+        response.headers_mut().insert(deadline::TRACE_HEADER, trace);
+        response
+    }
 }
 
 /// The inner service returned an error: it passes through unchanged, and the hold says so.
-fn fail(mut recorder: Recorder) {
+pub(crate) fn fail(mut recorder: Recorder) {
     recorder.answer(None, HoldOutcome::Error);
     recorder.delivered();
     recorder.finish(false);
 }
 
-/// The inner service's answer, with this hop's trace; its body reports the hold when it ends.
-fn deliver<B>(
-    shared: &Shared,
-    ctx: &DeadlineContext,
-    mut recorder: Recorder,
-    response: Response<B>,
-    now: Instant,
-) -> Response<EnforceBody<B>> {
-    let status = response.status();
-    recorder.answer(Some(status), HoldOutcome::of_status(status));
-    recorder.delivered();
-    let trace = trace_header(shared, ctx, recorder.hold(), status, now);
-    let (mut parts, body) = response.into_parts();
-    parts.headers.insert(TRACE_HEADER, trace);
-    Response::from_parts(parts, EnforceBody::inner(body, recorder))
-}
-
-/// One of the layer's own answers (400 or 504), with this hop's trace.
-fn own_answer<B>(
-    shared: &Shared,
-    ctx: &DeadlineContext,
-    mut recorder: Recorder,
+/// A plain-text answer with `status`.
+pub(crate) fn text_response<B>(
     status: StatusCode,
-    message: String,
+    body: EnforceBody<B>,
 ) -> Response<EnforceBody<B>> {
-    recorder.delivered();
-    let trace = trace_header(shared, ctx, recorder.hold(), status, Instant::now());
-    let mut response = text_response(status, EnforceBody::text(message, Some(recorder)));
-    response.headers_mut().insert(TRACE_HEADER, trace);
-    response
-}
-
-fn text_response<B>(status: StatusCode, body: EnforceBody<B>) -> Response<EnforceBody<B>> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, TEXT_PLAIN);
     response
-}
-
-/// This hop's `Deadline-Trace`: a root span named after the hop from arrival to `end`, with the
-/// answer's status as its outcome; under it the time queued, the work, and the spans the
-/// handler's outbound calls recorded.
-fn trace_header(
-    shared: &Shared,
-    ctx: &DeadlineContext,
-    hold: &Hold,
-    status: StatusCode,
-    end: Instant,
-) -> HeaderValue {
-    let ms = |at: Instant| ctx.ms_since_arrival(at);
-    let shape = if hold.outcome == HoldOutcome::Rejected {
-        Shape::Rejected
-    } else {
-        match hold.work_start {
-            Some(start) => Shape::Worked {
-                start_ms: ms(start),
-                end_ms: ms(hold.work_end.unwrap_or(end)),
-                outcome: hold.outcome.as_str(),
-            },
-            None => Shape::GaveUp {
-                queued_ms: ms(hold.arrival + hold.queued),
-            },
-        }
-    };
-    let root = Root {
-        name: &shared.trace_name,
-        end_ms: ms(end),
-        status: status.as_str(),
-    };
-    let (spans, dropped) = ctx.take_spans();
-    if spans.is_empty() && dropped == 0 {
-        // The common case, a hop that called nobody: written on the stack and copied once into
-        // the header value, one allocation in all.
-        let mut plain = StackText::new();
-        if encode_plain(&mut plain, &root, shape).is_ok() {
-            if let Ok(value) = HeaderValue::from_bytes(plain.as_bytes()) {
-                return value;
-            }
-        }
-    }
-    let encoded = encode_with(&root, shape, spans, dropped);
-    HeaderValue::from_maybe_shared(Bytes::from(encoded))
-        .unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-/// A small text buffer on the stack; writing past its end is an error, not a reallocation.
-struct StackText {
-    buf: [u8; 256],
-    len: usize,
-}
-
-impl StackText {
-    fn new() -> StackText {
-        StackText {
-            buf: [0; 256],
-            len: 0,
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl fmt::Write for StackText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len.checked_add(s.len()).ok_or(fmt::Error)?;
-        self.buf
-            .get_mut(self.len..end)
-            .ok_or(fmt::Error)?
-            .copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
-/// The root span of a hop's trace.
-struct Root<'a> {
-    /// Already sanitised (see [`deadline::trace::sanitize_name`]).
-    name: &'a str,
-    end_ms: u64,
-    status: &'a str,
-}
-
-/// What the layer's own spans under the root look like.
-#[derive(Clone, Copy)]
-enum Shape<'a> {
-    /// Answered on arrival: no queue, no work.
-    Rejected,
-    /// Left the queue (or got a slot too late) without working.
-    GaveUp { queued_ms: u64 },
-    /// Worked from `start_ms` to `end_ms`.
-    Worked {
-        start_ms: u64,
-        end_ms: u64,
-        outcome: &'a str,
-    },
-}
-
-/// The trace through the codec: spans and their encoding, bounds and all.
-fn encode_with(root: &Root<'_>, shape: Shape<'_>, spans: Vec<Span>, dropped: u64) -> Vec<u8> {
-    let mut span = Span::new(root.name, 0, root.end_ms).with_outcome(root.status);
-    match shape {
-        Shape::Rejected => {}
-        Shape::GaveUp { queued_ms } => {
-            span.push(Span::new("queue", 0, queued_ms).with_outcome("deadline"));
-        }
-        Shape::Worked {
-            start_ms,
-            end_ms,
-            outcome,
-        } => {
-            span.push(Span::new("queue", 0, start_ms));
-            span.push(Span::new("work", start_ms, end_ms).with_outcome(outcome));
-        }
-    }
-    for child in spans {
-        span.push(child);
-    }
-    let mut trace = Trace::from_span(span);
-    trace.dropped = dropped;
-    trace.encode().into_bytes()
-}
-
-/// The same encoding as [`encode_with`] for a trace with only the layer's own spans, written
-/// directly into `out`: the common case (a hop that calls nobody) then needs no spans, no
-/// strings and no vectors. A test keeps the two in step.
-fn encode_plain(out: &mut impl fmt::Write, root: &Root<'_>, shape: Shape<'_>) -> fmt::Result {
-    // Plain `write_str`s and a digit loop rather than `write!`: the formatting machinery was
-    // most of this function's cost, and this runs once per request.
-    let ms = |ms: u64| ms.min(MAX_MS);
-    out.write_str(root.name)?;
-    out.write_str("@0-")?;
-    write_u64(out, ms(root.end_ms))?;
-    out.write_str("=")?;
-    out.write_str(root.status)?;
-    match shape {
-        Shape::Rejected => Ok(()),
-        Shape::GaveUp { queued_ms } => {
-            out.write_str(",.queue@0-")?;
-            write_u64(out, ms(queued_ms))?;
-            out.write_str("=deadline")
-        }
-        Shape::Worked {
-            start_ms,
-            end_ms,
-            outcome,
-        } => {
-            let (start, end) = (ms(start_ms), ms(end_ms.max(start_ms)));
-            out.write_str(",.queue@0-")?;
-            write_u64(out, start)?;
-            out.write_str(",.work@")?;
-            write_u64(out, start)?;
-            out.write_str("-")?;
-            write_u64(out, end)?;
-            out.write_str("=")?;
-            out.write_str(outcome)
-        }
-    }
-}
-
-/// Writes `n` in decimal.
-fn write_u64(out: &mut impl fmt::Write, n: u64) -> fmt::Result {
-    out.write_str(deadline::decimal::Decimal::new(n).as_str())
-}
-
-#[cfg(test)]
-mod tests {
-    use deadline::trace::{MAX_NAME_LEN, sanitize_name};
-
-    use super::*;
-
-    #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, 10, 590, 9_999_999_999, u64::MAX] {
-            let mut out = String::new();
-            write_u64(&mut out, n).unwrap();
-            assert_eq!(out, n.to_string());
-        }
-    }
-
-    #[test]
-    fn the_plain_encoding_matches_the_codec() {
-        let long = sanitize_name(&"n".repeat(100), MAX_NAME_LEN);
-        let roots = [
-            Root {
-                name: "inventory",
-                end_ms: 590,
-                status: "504",
-            },
-            Root {
-                name: &long,
-                end_ms: u64::MAX,
-                status: "200",
-            },
-        ];
-        let shapes = [
-            Shape::Rejected,
-            Shape::GaveUp { queued_ms: 290 },
-            Shape::GaveUp {
-                queued_ms: u64::MAX,
-            },
-            Shape::Worked {
-                start_ms: 3,
-                end_ms: 590,
-                outcome: "deadline",
-            },
-            Shape::Worked {
-                start_ms: 7,
-                end_ms: 2,
-                outcome: "ok",
-            },
-            Shape::Worked {
-                start_ms: 0,
-                end_ms: 99_999_999_999,
-                outcome: "error",
-            },
-        ];
-        for root in &roots {
-            for shape in shapes {
-                let mut plain = String::new();
-                encode_plain(&mut plain, root, shape).unwrap();
-                let codec = String::from_utf8(encode_with(root, shape, Vec::new(), 0)).unwrap();
-                assert_eq!(plain, codec);
-                let mut on_stack = StackText::new();
-                encode_plain(&mut on_stack, root, shape).unwrap();
-                assert_eq!(
-                    on_stack.as_bytes(),
-                    plain.as_bytes(),
-                    "fits the stack buffer"
-                );
-            }
-        }
-    }
 }

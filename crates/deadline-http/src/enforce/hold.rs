@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use http::{HeaderValue, Method, StatusCode, Uri};
+use deadline::trace::outcome;
+use http::{HeaderValue, Method, Request, StatusCode, Uri};
 use tokio::time::Instant;
 
-use super::Shared;
+use super::HopSettings;
 
 /// How a request's hold of this hop ended. See [`Hold`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,11 +35,11 @@ impl HoldOutcome {
     /// A short lowercase token: `ok`, `deadline`, `hung-up`, `rejected` or `error`.
     pub fn as_str(self) -> &'static str {
         match self {
-            HoldOutcome::Ok => "ok",
-            HoldOutcome::Deadline => "deadline",
-            HoldOutcome::HungUp => "hung-up",
+            HoldOutcome::Ok => outcome::OK,
+            HoldOutcome::Deadline => outcome::DEADLINE,
+            HoldOutcome::HungUp => outcome::HUNG_UP,
             HoldOutcome::Rejected => "rejected",
-            HoldOutcome::Error => "error",
+            HoldOutcome::Error => outcome::ERROR,
         }
     }
 
@@ -257,10 +258,10 @@ impl fmt::Display for HoldSnapshot {
 /// copy), and the `tracing` event reads them in place. Without a hook, a report allocates
 /// nothing.
 pub(crate) struct Recorder {
-    /// Boxed: the recorder travels from the response future into the response body, and a
-    /// pointer moves for less than the few hundred bytes of a hold.
-    data: Box<Data>,
-    shared: Arc<Shared>,
+    /// Inline, not boxed: moving the recorder from the response future into the response body
+    /// copies a few hundred bytes, which costs less than an allocation per request.
+    draft: HoldDraft,
+    settings: Arc<HopSettings>,
     /// The answer reached the caller's side (the response future completed with it).
     delivered: bool,
     reported: bool,
@@ -269,28 +270,55 @@ pub(crate) struct Recorder {
 impl fmt::Debug for Recorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Recorder")
-            .field("hold", &self.data.hold)
+            .field("hold", &self.draft.hold)
             .field("delivered", &self.delivered)
             .finish_non_exhaustive()
     }
 }
 
 impl Recorder {
+    /// The recorder of `request`, which reached the hop at `arrival`: its hold starts with
+    /// nothing done yet (an outcome of `Ok` until something else happens).
+    pub(crate) fn arrived<B>(
+        settings: Arc<HopSettings>,
+        request: &Request<B>,
+        arrival: Instant,
+    ) -> Recorder {
+        let hold = Hold {
+            service: settings.name.clone(),
+            // Filled in only for an `on_hold` hook (see `Recorder`).
+            request_id: None,
+            method: request.method().clone(),
+            path: String::new(),
+            budget_ms: None,
+            arrival,
+            work_start: None,
+            work_end: None,
+            queued: Duration::ZERO,
+            worked: Duration::ZERO,
+            outcome: HoldOutcome::Ok,
+            status: None,
+            reply_written: false,
+        };
+        let request_id = request.headers().get(super::REQUEST_ID_HEADER).cloned();
+        Recorder::new(settings, hold, request_id, request.uri().clone())
+    }
+
     /// `hold`'s `request_id` and `path` are filled in from `request_id` and `uri` when a hook
     /// needs them.
-    pub(crate) fn new(
-        shared: Arc<Shared>,
+    fn new(
+        settings: Arc<HopSettings>,
         hold: Hold,
         request_id: Option<HeaderValue>,
         uri: Uri,
     ) -> Recorder {
         Recorder {
-            data: Box::new(Data {
+            draft: HoldDraft {
                 hold,
                 request_id,
                 uri,
-            }),
-            shared,
+            },
+            settings,
             delivered: false,
             reported: false,
         }
@@ -298,37 +326,37 @@ impl Recorder {
 
     /// The hold so far (without its `request_id` and `path`, which only the hook gets).
     pub(crate) fn hold(&self) -> &Hold {
-        &self.data.hold
+        &self.draft.hold
     }
 
     /// The budget the caller sent, in ms (0 for a spent one).
     pub(crate) fn set_budget(&mut self, budget_ms: Option<u64>) {
-        self.data.hold.budget_ms = budget_ms;
+        self.draft.hold.budget_ms = budget_ms;
     }
 
     /// The request stopped waiting for a slot at `at` without starting.
     pub(crate) fn left_queue(&mut self, at: Instant) {
-        self.data.hold.queued = at.saturating_duration_since(self.data.hold.arrival);
+        self.draft.hold.queued = at.saturating_duration_since(self.draft.hold.arrival);
     }
 
     /// The work started at `at`.
     pub(crate) fn start(&mut self, at: Instant) {
         self.left_queue(at);
-        self.data.hold.work_start = Some(at);
+        self.draft.hold.work_start = Some(at);
     }
 
     /// The work ended (or was dropped) at `at`. Only the first call counts.
     pub(crate) fn end(&mut self, at: Instant) {
-        if let (Some(start), None) = (self.data.hold.work_start, self.data.hold.work_end) {
-            self.data.hold.work_end = Some(at);
-            self.data.hold.worked = at.saturating_duration_since(start);
+        if let (Some(start), None) = (self.draft.hold.work_start, self.draft.hold.work_end) {
+            self.draft.hold.work_end = Some(at);
+            self.draft.hold.worked = at.saturating_duration_since(start);
         }
     }
 
     /// The answer is `status` (if any), with `outcome`.
     pub(crate) fn answer(&mut self, status: Option<StatusCode>, outcome: HoldOutcome) {
-        self.data.hold.status = status;
-        self.data.hold.outcome = outcome;
+        self.draft.hold.status = status;
+        self.draft.hold.outcome = outcome;
     }
 
     /// The answer was handed to the caller's side: from now on, a drop means the reply was not
@@ -339,7 +367,7 @@ impl Recorder {
 
     /// Reports the hold now.
     pub(crate) fn finish(mut self, reply_written: bool) {
-        self.data.hold.reply_written = reply_written;
+        self.draft.hold.reply_written = reply_written;
         self.report();
     }
 
@@ -347,15 +375,15 @@ impl Recorder {
         if std::mem::replace(&mut self.reported, true) {
             return;
         }
-        self.shared.metrics.record(&self.data.hold);
-        let request_id = self.data.request_id.as_ref().and_then(|v| v.to_str().ok());
-        let hold = &self.data.hold;
+        self.settings.metrics.record(&self.draft.hold);
+        let request_id = self.draft.request_id.as_ref().and_then(|v| v.to_str().ok());
+        let hold = &self.draft.hold;
         tracing::info!(
             target: "deadline::hold",
             service = %hold.service,
             request_id,
             method = %hold.method,
-            path = self.data.uri.path(),
+            path = self.draft.uri.path(),
             budget_ms = hold.budget_ms,
             queued_ms = u64::try_from(hold.queued.as_millis()).unwrap_or(u64::MAX),
             worked_ms = u64::try_from(hold.worked.as_millis()).unwrap_or(u64::MAX),
@@ -364,16 +392,17 @@ impl Recorder {
             reply_written = hold.reply_written,
             "worker hold"
         );
-        if let Some(hook) = &self.shared.on_hold {
-            self.data.hold.request_id = request_id.map(str::to_owned);
-            self.data.hold.path = self.data.uri.path().to_owned();
-            hook(&self.data.hold);
+        if let Some(hook) = &self.settings.on_hold {
+            self.draft.hold.request_id = request_id.map(str::to_owned);
+            self.draft.hold.path = self.draft.uri.path().to_owned();
+            hook(&self.draft.hold);
         }
     }
 }
 
-/// What a [`Recorder`] keeps for the report.
-struct Data {
+/// What a [`Recorder`] keeps for the report: the hold so far and what its strings are made
+/// from.
+struct HoldDraft {
     /// `request_id` and `path` stay empty here until [`report`](Recorder::report) needs them.
     hold: Hold,
     request_id: Option<HeaderValue>,
@@ -390,13 +419,13 @@ impl Drop for Recorder {
             // the answer reached the caller's side: the caller went away. One that left while
             // still queued has queued until now (regression: it was logged as 0 ms queued).
             let now = Instant::now();
-            if self.data.hold.work_start.is_none() {
+            if self.draft.hold.work_start.is_none() {
                 self.left_queue(now);
             }
             self.end(now);
-            self.data.hold.outcome = HoldOutcome::HungUp;
+            self.draft.hold.outcome = HoldOutcome::HungUp;
         }
-        self.data.hold.reply_written = false;
+        self.draft.hold.reply_written = false;
         self.report();
     }
 }

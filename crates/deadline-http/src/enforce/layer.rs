@@ -9,7 +9,7 @@ use deadline::trace::{MAX_NAME_LEN, sanitize_name};
 use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
-use super::{EnforceDeadline, Hold, HoldMetrics, Shared};
+use super::{EnforceDeadline, Hold, HoldMetrics, HopSettings};
 
 /// Builds [`EnforceDeadline`] services: put it **outermost**, so the time a request waits for a
 /// worker counts against its budget (see the [module docs](super)).
@@ -29,14 +29,15 @@ use super::{EnforceDeadline, Hold, HoldMetrics, Shared};
 /// Clones share the worker slots, the metrics and the hook: build one layer per service and
 /// clone it freely.
 #[derive(Clone)]
+#[must_use = "a layer does nothing until it wraps a service"]
 pub struct EnforceDeadlineLayer {
-    shared: Shared,
+    pub(super) settings: HopSettings,
 }
 
 impl fmt::Debug for EnforceDeadlineLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EnforceDeadlineLayer")
-            .field("shared", &self.shared)
+            .field("settings", &self.settings)
             .finish()
     }
 }
@@ -52,12 +53,13 @@ impl EnforceDeadlineLayer {
     pub fn new(name: impl Into<String>) -> EnforceDeadlineLayer {
         let name = name.into();
         EnforceDeadlineLayer {
-            shared: Shared {
+            settings: HopSettings {
                 trace_name: sanitize_name(&name, MAX_NAME_LEN),
                 name: Arc::from(name),
                 max_budget: Budget::DEFAULT_MAX,
                 reserve: Self::DEFAULT_RESERVE,
                 slots: None,
+                #[cfg(feature = "baseline")]
                 enforce: true,
                 grpc_timeout: false,
                 on_hold: None,
@@ -68,14 +70,14 @@ impl EnforceDeadlineLayer {
 
     /// The largest budget accepted; larger ones are clamped to it (never an error).
     pub fn max_budget(mut self, max: Budget) -> Self {
-        self.shared.max_budget = max;
+        self.settings.max_budget = max;
         self
     }
 
     /// Time kept back for writing the reply: work stops at the deadline less `reserve`
     /// (default 10 ms). A budget no larger than the reserve is answered 504 on arrival.
     pub fn reserve(mut self, reserve: Duration) -> Self {
-        self.shared.reserve = reserve;
+        self.settings.reserve = reserve;
         self
     }
 
@@ -87,22 +89,14 @@ impl EnforceDeadlineLayer {
     /// shares them. Calling `slots` again makes a fresh set.
     pub fn slots(mut self, slots: usize) -> Self {
         let slots = slots.clamp(1, Semaphore::MAX_PERMITS);
-        self.shared.slots = Some(Arc::new(Semaphore::new(slots)));
-        self
-    }
-
-    /// `false` turns enforcement off (the baseline): budget headers are ignored, slots are a
-    /// plain wait, and work runs to its end even when the caller hangs up. Traces and hold
-    /// reports still work. Default `true`.
-    pub fn enforce(mut self, enforce: bool) -> Self {
-        self.shared.enforce = enforce;
+        self.settings.slots = Some(Arc::new(Semaphore::new(slots)));
         self
     }
 
     /// Also read gRPC's `grpc-timeout` header; when both headers are present the tightest
     /// budget wins, and a malformed value in either is answered 400. Default `false`.
     pub fn grpc_timeout(mut self, read: bool) -> Self {
-        self.shared.grpc_timeout = read;
+        self.settings.grpc_timeout = read;
         self
     }
 
@@ -111,14 +105,14 @@ impl EnforceDeadlineLayer {
     /// drop), so keep it short and do not panic in it; send the report to a channel for slow
     /// work such as file output.
     pub fn on_hold(mut self, hook: impl Fn(&Hold) + Send + Sync + 'static) -> Self {
-        self.shared.on_hold = Some(Arc::new(hook));
+        self.settings.on_hold = Some(Arc::new(hook));
         self
     }
 
     /// The counters every hold report feeds, shared with every clone of this layer and the
     /// services it makes.
     pub fn metrics(&self) -> HoldMetrics {
-        self.shared.metrics.clone()
+        self.settings.metrics.clone()
     }
 }
 
@@ -128,7 +122,7 @@ impl<S> Layer<S> for EnforceDeadlineLayer {
     fn layer(&self, inner: S) -> EnforceDeadline<S> {
         EnforceDeadline {
             inner,
-            shared: Arc::new(self.shared.clone()),
+            settings: Arc::new(self.settings.clone()),
         }
     }
 }

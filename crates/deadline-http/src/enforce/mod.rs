@@ -111,12 +111,11 @@
 //!
 //! # Baseline mode
 //!
-//! [`enforce(false)`](EnforceDeadlineLayer::enforce) models a service built without this library,
-//! for comparisons: budget headers are ignored (never a 400 or 504), slots are a plain FIFO wait,
-//! and the queue wait and the work run on a task of their own (`tokio::spawn`), so they run to
-//! their end even when the caller hangs up, like a database call no one cancels. That hold is
-//! still reported, when the work ends, as [`HoldOutcome::HungUp`] with its real `work_end` and
-//! `reply_written: false`. Traces are still added.
+//! With the cargo feature `baseline`, `EnforceDeadlineLayer::enforce(false)` models a service
+//! built without this library, for comparisons (the `deadline` command's demo and load runs turn
+//! it on): budgets are ignored and the work runs on a task of its own, to its end even when the
+//! caller hangs up. The `baseline` module, documented when the feature is on, says exactly what
+//! it does.
 //!
 //! # Errors
 //!
@@ -126,9 +125,12 @@
 //!
 //! A tokio runtime with the time driver enabled is required (as for any tokio timer).
 
+#[cfg(feature = "baseline")]
+pub mod baseline;
 mod body;
 pub mod future;
 mod hold;
+mod hop_trace;
 mod layer;
 
 use std::fmt;
@@ -148,8 +150,9 @@ pub use body::EnforceBody;
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
 
-use crate::context::{Activity, DeadlineContext};
-use future::{BoxWork, ResponseFuture, State};
+use crate::context::DeadlineContext;
+use crate::time;
+use future::{Reply, ResponseFuture, ScopedWork};
 use hold::Recorder;
 
 /// `X-Request-Id`: read into each [`Hold`] report, so reports from different hops can be joined.
@@ -157,24 +160,28 @@ pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id"
 
 type HoldHook = Arc<dyn Fn(&Hold) + Send + Sync>;
 
-/// Settings and shared state of one [`EnforceDeadlineLayer`] and every service made from it.
+/// The settings of one [`EnforceDeadlineLayer`] and the state every service made from it
+/// shares (its slots, hook and counters).
 #[derive(Clone)]
-pub(crate) struct Shared {
+pub(crate) struct HopSettings {
     name: Arc<str>,
     /// `name` sanitised for trace spans, once rather than per request.
     trace_name: String,
     max_budget: Budget,
     reserve: Duration,
     slots: Option<Arc<Semaphore>>,
+    /// `false` in baseline mode.
+    #[cfg(feature = "baseline")]
     enforce: bool,
     grpc_timeout: bool,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
 }
 
-impl fmt::Debug for Shared {
+impl fmt::Debug for HopSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared")
+        let mut debug = f.debug_struct("HopSettings");
+        debug
             .field("name", &self.name)
             .field("trace_name", &self.trace_name)
             .field("max_budget", &self.max_budget)
@@ -182,8 +189,10 @@ impl fmt::Debug for Shared {
             .field(
                 "slots_free",
                 &self.slots.as_ref().map(|s| s.available_permits()),
-            )
-            .field("enforce", &self.enforce)
+            );
+        #[cfg(feature = "baseline")]
+        debug.field("enforce", &self.enforce);
+        debug
             .field("grpc_timeout", &self.grpc_timeout)
             .field("on_hold", &self.on_hold.is_some())
             .finish()
@@ -195,7 +204,7 @@ impl fmt::Debug for Shared {
 #[derive(Clone, Debug)]
 pub struct EnforceDeadline<S> {
     inner: S,
-    shared: Arc<Shared>,
+    settings: Arc<HopSettings>,
 }
 
 impl<S> EnforceDeadline<S> {
@@ -216,7 +225,7 @@ impl<S> EnforceDeadline<S> {
 
     /// The counters of this service's hold reports (shared with the layer that made it).
     pub fn metrics(&self) -> HoldMetrics {
-        self.shared.metrics.clone()
+        self.settings.metrics.clone()
     }
 }
 
@@ -230,7 +239,7 @@ where
 {
     type Response = Response<EnforceBody<ResB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResB, S::Error>;
+    type Future = ResponseFuture<ResB, S::Error, ScopedWork<S, ReqB>>;
 
     /// Always ready: the inner service's readiness is awaited inside each request's future,
     /// after its slot and before its cutoff.
@@ -240,46 +249,34 @@ where
 
     fn call(&mut self, mut request: Request<ReqB>) -> Self::Future {
         let arrival = Instant::now();
-        let shared = &self.shared;
-        let hold = Hold {
-            service: shared.name.clone(),
-            // Filled in only for an `on_hold` hook (see `Recorder`).
-            request_id: None,
-            method: request.method().clone(),
-            path: String::new(),
-            budget_ms: None,
-            arrival,
-            work_start: None,
-            work_end: None,
-            queued: Duration::ZERO,
-            worked: Duration::ZERO,
-            outcome: HoldOutcome::Ok,
-            status: None,
-            reply_written: false,
-        };
-        let request_id = request.headers().get(REQUEST_ID_HEADER).cloned();
-        let uri = request.uri().clone();
-        let mut recorder = Recorder::new(shared.clone(), hold, request_id, uri);
+        let settings = &self.settings;
+        let mut recorder = Recorder::arrived(settings.clone(), &request, arrival);
 
-        if !shared.enforce {
-            return baseline(self.inner.clone(), shared, request, recorder, arrival);
+        #[cfg(feature = "baseline")]
+        if !settings.enforce {
+            let inner = self.inner.clone();
+            return baseline::call(inner, settings, request, recorder, arrival);
         }
 
-        let budget = if shared.grpc_timeout {
+        let budget = if settings.grpc_timeout {
             let ours = DeadlineBudgetMs {
-                max: shared.max_budget,
+                max: settings.max_budget,
             };
             let grpc = GrpcTimeout {
-                max: shared.max_budget,
+                max: settings.max_budget,
             };
             read_tightest(&[&ours, &grpc], request.headers())
         } else {
-            read_budget(request.headers(), shared.max_budget)
+            read_budget(request.headers(), settings.max_budget)
         };
         let reject = |recorder, status, message| {
-            let ctx = DeadlineContext::new(None, shared.reserve, arrival);
-            let state = State::Reject { status, message };
-            ResponseFuture::new(state, None, ctx, shared.clone(), Some(recorder))
+            let reply = Reply {
+                cutoff: None,
+                ctx: DeadlineContext::new(None, settings.reserve, arrival),
+                settings: settings.clone(),
+                recorder: Some(recorder),
+            };
+            ResponseFuture::reject(reply, status, message)
         };
         let budget = match budget {
             Ok(budget) => budget,
@@ -295,22 +292,22 @@ where
         if budget == Some(BudgetValue::Expired) {
             let message = format!(
                 "deadline exceeded at {} on arrival: the caller had already run out\n",
-                shared.name
+                settings.name
             );
             return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
         }
 
-        let deadline: Option<Deadline> = budget.map(|b| b.deadline(arrival.into_std()));
-        let ctx = DeadlineContext::new(deadline, shared.reserve, arrival);
+        let deadline: Option<Deadline> = budget.map(|b| b.deadline(time::to_std(arrival)));
+        let ctx = DeadlineContext::new(deadline, settings.reserve, arrival);
         let cutoff = ctx.cutoff();
         if let Some(cutoff) = cutoff {
-            if cutoff.is_expired(arrival.into_std()) {
+            if cutoff.is_expired(time::to_std(arrival)) {
                 let message = format!(
                     "deadline exceeded at {} on arrival: a budget of {} ms leaves nothing once \
                      the reply reserve of {} ms is kept back\n",
-                    shared.name,
+                    settings.name,
                     budget_ms.unwrap_or(0),
-                    shared.reserve.as_millis()
+                    settings.reserve.as_millis()
                 );
                 return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
             }
@@ -321,57 +318,13 @@ where
         if let Some(deadline) = deadline {
             extensions.insert(deadline);
         }
-        let work: BoxWork<ResB, S::Error> =
-            Box::pin(ctx.clone().scope(self.inner.clone().oneshot(request)));
-        let state = State::Start {
-            work,
-            slots: shared.slots.clone(),
+        let work = ctx.clone().scoped(self.inner.clone().oneshot(request));
+        let reply = Reply {
+            cutoff: cutoff.map(time::to_tokio),
+            ctx,
+            settings: settings.clone(),
+            recorder: Some(recorder),
         };
-        let cutoff = cutoff.map(|c| Instant::from_std(c.instant()));
-        ResponseFuture::new(state, cutoff, ctx, shared.clone(), Some(recorder))
+        ResponseFuture::run(reply, work, settings.slots.clone())
     }
-}
-
-/// Baseline mode: the queue wait and the work run on their own task, to their end whatever
-/// happens to the caller.
-fn baseline<S, ReqB, ResB>(
-    inner: S,
-    shared: &Arc<Shared>,
-    mut request: Request<ReqB>,
-    mut recorder: Recorder,
-    arrival: Instant,
-) -> ResponseFuture<ResB, S::Error>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ReqB: Send + 'static,
-    ResB: Send + 'static,
-{
-    let ctx = DeadlineContext::new(None, shared.reserve, arrival);
-    request.extensions_mut().insert(ctx.clone());
-    let slots = shared.slots.clone();
-    let task_ctx = ctx.clone();
-    let task = tokio::spawn(async move {
-        let permit = match slots {
-            Some(slots) => {
-                let _queued = task_ctx.enter(Activity::Queued);
-                slots.acquire_owned().await.ok()
-            }
-            None => None,
-        };
-        recorder.start(Instant::now());
-        let result = task_ctx.scope(inner.oneshot(request)).await;
-        recorder.end(Instant::now());
-        drop(permit);
-        match &result {
-            Ok(response) => recorder.answer(
-                Some(response.status()),
-                HoldOutcome::of_status(response.status()),
-            ),
-            Err(_) => recorder.answer(None, HoldOutcome::Error),
-        }
-        (result, recorder)
-    });
-    ResponseFuture::new(State::Baseline { task }, None, ctx, shared.clone(), None)
 }

@@ -63,6 +63,7 @@ impl DeadlineClient {
 
     /// Names the downstream in the call's span and the hop's activity (default: the request
     /// URI's `host:port`).
+    #[must_use = "this returns the client with the target set; the original is unchanged"]
     pub fn target(self, name: impl Into<String>) -> DeadlineClient {
         DeadlineClient {
             service: self.service.target(name),

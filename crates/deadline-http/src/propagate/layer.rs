@@ -6,6 +6,7 @@ use super::{PropagateDeadline, Target};
 /// Wraps a client service in [`PropagateDeadline`]: every call carries what is left of the
 /// current deadline, is retried by the call planner, and is recorded in the hop's trace.
 #[derive(Clone, Debug)]
+#[must_use = "a layer does nothing until it wraps a service"]
 pub struct PropagateDeadlineLayer {
     policy: CallPolicy,
     target: Option<Target>,

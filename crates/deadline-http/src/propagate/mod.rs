@@ -117,13 +117,16 @@
 //! `attempt` span per attempt sent, ending with the status, `timeout`, `error` or `cancelled`,
 //! and a zero-length `attempt` span `skipped` when the planner refused one for lack of time.
 //! The callee's own `Deadline-Trace`, from each attempt's response, is shifted by the time the
-//! attempt was sent and nested under that attempt; a malformed one gives an empty subtree,
-//! never an error, and the spans it says it dropped are counted in the context.
+//! attempt was sent and nested under that attempt; a malformed one gives its valid prefix
+//! (often an empty subtree), never an error, and the spans it says it dropped are counted in
+//! the hop's trace. It is kept as the header value it came in, checked but not decoded, and
+//! written into this hop's trace straight from the text
+//! ([`EncodedTrace`](deadline::trace::EncodedTrace)).
 //!
 //! The span is recorded when the call ends **or when its future is dropped**: the enforce layer
 //! drops the handler at its cutoff and still wants to report where the time went, so a dropped
 //! call records what it has, with the attempt in flight marked `cancelled` and the call too.
-//! Outside any context nothing is recorded (and the callee's trace is not even decoded).
+//! Outside any context nothing is recorded (and the callee's trace is not even read).
 //!
 //! # Cancellation
 //!
@@ -153,26 +156,27 @@
 //! [`DeadlineContext::current`]: crate::DeadlineContext::current
 //! [`Activity::Calling`]: crate::Activity::Calling
 //! [`Plan::next`]: deadline::Plan::next
-
+mod attempt;
+mod call;
 mod client;
 pub mod future;
 mod layer;
+mod record;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use deadline::trace::{MAX_NAME_LEN, MAX_OUTCOME_LEN, Span, TRACE_HEADER, Trace, sanitize_name};
-use deadline::{BUDGET_HEADER, Budget, CallPolicy, Deadline, Decision, Plan, Stop};
-use http::{HeaderName, Method, Request, Response};
-use tokio::time::Instant;
-use tower::ServiceExt;
+use deadline::trace::name;
+use deadline::{CallPolicy, Deadline};
+use http::{HeaderName, Request, Response};
 use tower_service::Service;
 
+use self::call::Call;
 pub use self::client::DeadlineClient;
 pub use self::future::ResponseFuture;
 pub use self::layer::PropagateDeadlineLayer;
 use crate::context::DeadlineContext;
-use crate::error::{AttemptSkipped, BoxError, CallError, DeadlineExceeded};
+use crate::error::{BoxError, CallError};
 
 /// The `Idempotency-Key` request header: a request that carries one may be retried even when
 /// its method is not idempotent.
@@ -205,7 +209,7 @@ impl Target {
     fn new(name: &str) -> Target {
         Target {
             name: Arc::from(name),
-            span: Arc::from(call_span_name(name)),
+            span: Arc::from(name::call(name)),
         }
     }
 }
@@ -227,6 +231,7 @@ impl<S> PropagateDeadline<S> {
 
     /// Names the downstream in the call's span (`call:<name>`) and in the hop's activity
     /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
+    #[must_use = "this returns the service with the target set; the original is unchanged"]
     pub fn target(mut self, name: impl Into<String>) -> PropagateDeadline<S> {
         self.target = Some(Target::new(&name.into()));
         self
@@ -310,521 +315,14 @@ impl<S> PropagateDeadline<S> {
     }
 }
 
-/// Everything one call needs, moved into its future.
-struct Call<S, B> {
-    inner: S,
-    policy: CallPolicy,
-    request: Request<B>,
-    explicit: Option<Deadline>,
-    deadline: Option<Deadline>,
-    /// The configured target; the URI's authority is only looked up when a name is needed.
-    target: Option<Target>,
-    context: Option<DeadlineContext>,
-}
-
-/// How the last attempt that did not succeed ended.
-enum Failure<RB> {
-    /// A 5xx response, kept to return if no further attempt is sent.
-    Response(Response<RB>),
-    /// The inner service failed.
-    Error(BoxError),
-    /// The attempt's wait elapsed; `capped` when the caller's deadline cut the wait short of
-    /// the policy's timeout.
-    Timeout { capped: bool },
-}
-
-impl<S, B, RB> Call<S, B>
-where
-    S: Service<Request<B>, Response = Response<RB>> + Send,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: Clone + Send,
-    RB: Send,
-{
-    async fn run(self) -> Result<Response<RB>, CallError> {
-        let Call {
-            mut inner,
-            policy,
-            request,
-            explicit,
-            deadline,
-            target,
-            context,
-        } = self;
-        let start = Instant::now();
-        // The downstream's name, as shared by the call's span and its attempts' activity. Made
-        // from the URI only when a context needs it (or, below, before the request is moved
-        // into its last attempt): without either, only an error message would ever read it.
-        let (mut target, span_name) = match (target, &context) {
-            (Some(target), _) => (Some(target.name), Some(target.span)),
-            (None, Some(_)) => {
-                let name = authority_name(&request);
-                (Some(Arc::from(name)), None)
-            }
-            (None, None) => (None, None),
-        };
-        // Recorded when dropped, whether the call finished or was itself dropped.
-        let mut record = match (context, &target) {
-            (Some(context), Some(target)) => {
-                let name = match &span_name {
-                    Some(span) => String::from(&**span),
-                    None => call_span_name(target),
-                };
-                Some(CallRecord::new(context, target.clone(), name, start))
-            }
-            _ => None,
-        };
-        // A request that must not be sent twice gets one attempt, and the call says so as
-        // the planner would.
-        let allowed = if may_retry(&request) {
-            policy.attempts()
-        } else {
-            1
-        };
-        // Kept for the attempts after the first, and moved into the last one allowed.
-        let mut original = Some(request);
-        let mut plan = Plan::new(policy);
-        let mut last: Option<Failure<RB>> = None;
-        loop {
-            let now = Instant::now();
-            // `original` is only gone once the last allowed attempt was sent.
-            let decision = if plan.sent() >= allowed || original.is_none() {
-                Decision::Stop(Stop::AttemptsExhausted { attempts: allowed })
-            } else {
-                plan.next(deadline, now.into_std())
-            };
-            let attempt = match decision {
-                Decision::Send(attempt) => attempt,
-                Decision::Stop(stop) => {
-                    if let (Some(record), Stop::NotEnoughTime { .. }) = (&mut record, stop) {
-                        record.skipped(now);
-                    }
-                    let target = || match (&target, &original) {
-                        (Some(target), _) => String::from(&**target),
-                        (None, Some(request)) => authority_name(request).to_owned(),
-                        (None, None) => UNNAMED_TARGET.to_owned(),
-                    };
-                    let result = stopped(last, plan.sent(), stop, &policy, target);
-                    if let Some(record) = &mut record {
-                        record.finish(&result);
-                    }
-                    return result;
-                }
-            };
-            // A 5xx kept from the previous attempt is only returned if none follows it: let it
-            // go (and its connection with it) before the next attempt.
-            drop(last.take());
-            // No attempt can follow the last one allowed, so it takes the original instead of
-            // a copy (a request sent once, such as a `POST`, is never copied).
-            let attempt_request = match original.take() {
-                Some(request) if plan.sent() >= allowed => {
-                    if target.is_none() {
-                        target = Some(Arc::from(authority_name(&request)));
-                    }
-                    into_attempt(request, attempt.budget, explicit)
-                }
-                Some(request) => {
-                    let copy = rebuild(&request, attempt.budget, explicit);
-                    original = Some(request);
-                    copy
-                }
-                // Ruled out by the check before planning; stop as if the attempts were used.
-                None => continue,
-            };
-            let _calling = record.as_mut().map(|record| record.begin(now));
-            let outcome = tokio::time::timeout_at(now + attempt.wait, async {
-                let ready = inner.ready().await.map_err(Into::into)?;
-                ready.call(attempt_request).await.map_err(Into::into)
-            })
-            .await;
-            let end = Instant::now();
-            let failure = match outcome {
-                Ok(Ok(response)) => {
-                    if let Some(record) = &mut record {
-                        record.end_with_response(end, &response);
-                    }
-                    if !response.status().is_server_error() {
-                        let result = Ok(response);
-                        if let Some(record) = &mut record {
-                            record.finish(&result);
-                        }
-                        return result;
-                    }
-                    Failure::Response(response)
-                }
-                Ok(Err(error)) => {
-                    if let Some(record) = &mut record {
-                        record.end(end, "error");
-                    }
-                    Failure::Error(error)
-                }
-                Err(_elapsed) => {
-                    if let Some(record) = &mut record {
-                        record.end(end, "timeout");
-                    }
-                    Failure::Timeout {
-                        capped: attempt.wait < policy.timeout(),
-                    }
-                }
-            };
-            last = Some(failure);
-        }
-    }
-}
-
-/// Whether a failed attempt of `request` may be sent again: its method is idempotent, or it
-/// carries an [`IDEMPOTENCY_KEY`].
-fn may_retry<B>(request: &Request<B>) -> bool {
-    let idempotent = matches!(
-        *request.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    );
-    idempotent || request.headers().contains_key(IDEMPOTENCY_KEY)
-}
-
-/// The request for one attempt: the original's method, URI, version, headers and a clone of its
-/// body, with `Deadline-Budget-Ms` set to `budget` or removed. Extensions are not copied, except
-/// an explicit deadline.
-fn rebuild<B: Clone>(
-    original: &Request<B>,
-    budget: Option<Budget>,
-    explicit: Option<Deadline>,
-) -> Request<B> {
-    let mut request = Request::new(original.body().clone());
-    *request.method_mut() = original.method().clone();
-    *request.uri_mut() = original.uri().clone();
-    *request.version_mut() = original.version();
-    *request.headers_mut() = original.headers().clone();
-    set_budget(&mut request, budget);
-    if let Some(deadline) = explicit {
-        request.extensions_mut().insert(deadline);
-    }
-    request
-}
-
-/// The original request made the attempt's, as [`rebuild`] would copy it: the same parts, its
-/// `Deadline-Budget-Ms` set to `budget` or removed, its extensions cleared except an explicit
-/// deadline.
-fn into_attempt<B>(
-    mut request: Request<B>,
-    budget: Option<Budget>,
-    explicit: Option<Deadline>,
-) -> Request<B> {
-    set_budget(&mut request, budget);
-    let extensions = request.extensions_mut();
-    extensions.clear();
-    if let Some(deadline) = explicit {
-        extensions.insert(deadline);
-    }
-    request
-}
-
-/// Sets the attempt's `Deadline-Budget-Ms` to `budget`, or removes it without one.
-fn set_budget<B>(request: &mut Request<B>, budget: Option<Budget>) {
-    let headers = request.headers_mut();
-    match budget {
-        // `insert` replaces every value the request arrived with; never a second line.
-        Some(budget) => {
-            headers.insert(BUDGET_HEADER, budget.to_header_value());
-        }
-        None => {
-            headers.remove(BUDGET_HEADER);
-        }
-    }
-}
-
-/// The downstream's name when none was configured: the request URI's authority.
-fn authority_name<B>(request: &Request<B>) -> &str {
-    request
-        .uri()
-        .authority()
-        .map_or(UNNAMED_TARGET, |a| a.as_str())
-}
-
-/// The call span's name for `target`: `call:<target>` as [`Span::new`] would sanitise it.
-fn call_span_name(target: &str) -> String {
-    let mut name = String::with_capacity("call:".len() + target.len());
-    name.push_str("call:");
-    name.push_str(target);
-    into_token(name, MAX_NAME_LEN)
-}
-
-/// `text` as [`sanitize_name`] makes it, without copying it when it is already a token (the
-/// names and outcomes the layer records nearly always are).
-fn into_token(text: String, max_len: usize) -> String {
-    if is_token(&text, max_len) {
-        text
-    } else {
-        sanitize_name(&text, max_len)
-    }
-}
-
-/// `text` as [`sanitize_name`] makes it, copied once.
-fn token(text: &str, max_len: usize) -> String {
-    if is_token(text, max_len) {
-        text.to_owned()
-    } else {
-        sanitize_name(text, max_len)
-    }
-}
-
-/// Whether `sanitize_name(text, max_len)` would give `text` back: 1 to `max_len` bytes, all
-/// `tchar` (letters, digits, `_`, `-`, `:`).
-fn is_token(text: &str, max_len: usize) -> bool {
-    (1..=max_len).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':'))
-}
-
-/// A span as [`Span::new`] and [`Span::with_outcome`] make it, with names that are usually
-/// tokens copied once rather than rebuilt character by character.
-fn span(name: String, start_ms: u64, end_ms: u64, outcome: Option<String>) -> Span {
-    Span {
-        name: into_token(name, MAX_NAME_LEN),
-        start_ms,
-        end_ms: end_ms.max(start_ms),
-        outcome: outcome.map(|outcome| into_token(outcome, MAX_OUTCOME_LEN)),
-        children: Vec::new(),
-    }
-}
-
-/// Adds `offset_ms` to every span of a decoded trace, as [`Span::shift`] does, without its
-/// heap stack: a decoded trace is at most [`MAX_DEPTH`](deadline::trace::MAX_DEPTH) levels
-/// deep, so the recursion is bounded.
-fn shift_all(spans: &mut [Span], offset_ms: u64) {
-    for span in spans {
-        span.start_ms = span.start_ms.saturating_add(offset_ms);
-        span.end_ms = span.end_ms.saturating_add(offset_ms);
-        shift_all(&mut span.children, offset_ms);
-    }
-}
-
-/// The call's result once the planner sends no more attempts (`target` names the downstream,
-/// for the deadline error's message).
-fn stopped<RB>(
-    last: Option<Failure<RB>>,
-    sent: u32,
-    stop: Stop,
-    policy: &CallPolicy,
-    target: impl FnOnce() -> String,
-) -> Result<Response<RB>, CallError> {
-    let out_of_time = matches!(stop, Stop::NotEnoughTime { .. });
-    let deadline = || CallError::DeadlineExceeded(DeadlineExceeded::calling(target(), sent, stop));
-    match last {
-        None => Err(CallError::AttemptSkipped(AttemptSkipped::new(sent, stop))),
-        Some(Failure::Response(response)) => Ok(response),
-        Some(Failure::Timeout { capped }) if capped || out_of_time => Err(deadline()),
-        Some(Failure::Timeout { .. }) => Err(CallError::TimedOut {
-            attempts_sent: sent,
-            timeout: policy.timeout(),
-        }),
-        Some(Failure::Error(_)) if out_of_time => Err(deadline()),
-        Some(Failure::Error(source)) => Err(CallError::Inner {
-            attempts_sent: sent,
-            source,
-        }),
-    }
-}
-
-/// The call's span under construction, recorded into the context when dropped.
-struct CallRecord {
-    context: DeadlineContext,
-    /// The downstream, shared with each attempt's activity.
-    target: Arc<str>,
-    /// The call span's name, already a token.
-    name: String,
-    start_ms: u64,
-    attempts: Vec<Span>,
-    /// When the attempt in flight started, in ms since arrival.
-    in_flight: Option<u64>,
-    /// How the call ended; `None` while it runs (and so when its future is dropped).
-    outcome: Option<String>,
-}
-
-impl CallRecord {
-    fn new(context: DeadlineContext, target: Arc<str>, name: String, start: Instant) -> CallRecord {
-        let start_ms = context.ms_since_arrival(start);
-        CallRecord {
-            context,
-            target,
-            name,
-            start_ms,
-            // One span per attempt, and one more if the planner refuses one: never regrown.
-            attempts: Vec::with_capacity(2),
-            in_flight: None,
-            outcome: None,
-        }
-    }
-
-    /// An attempt starts at `now`; the hop is calling the target until the guard is dropped.
-    fn begin(&mut self, now: Instant) -> crate::context::ActivityGuard {
-        self.in_flight = Some(self.context.ms_since_arrival(now));
-        self.context.enter_calling(Arc::clone(&self.target))
-    }
-
-    /// The attempt in flight ended at `end` without a response.
-    fn end(&mut self, end: Instant, outcome: &str) {
-        if let Some(span) = self.close(end, outcome) {
-            self.attempts.push(span);
-        }
-    }
-
-    /// The attempt in flight got `response` at `end`: its callee's trace goes under it.
-    fn end_with_response<RB>(&mut self, end: Instant, response: &Response<RB>) {
-        let Some(mut span) = self.close(end, response.status().as_str()) else {
-            return;
-        };
-        if let Some(value) = response.headers().get(TRACE_HEADER) {
-            let mut callee = Trace::from_header_value(value);
-            shift_all(&mut callee.spans, span.start_ms);
-            span.children = callee.spans;
-            if callee.dropped > 0 {
-                self.context.record_dropped(callee.dropped);
-            }
-        }
-        self.attempts.push(span);
-    }
-
-    /// The planner refused an attempt at `now`: a zero-length `skipped` span.
-    fn skipped(&mut self, now: Instant) {
-        let at = self.context.ms_since_arrival(now);
-        self.attempts.push(span(
-            String::from("attempt"),
-            at,
-            at,
-            Some(String::from("skipped")),
-        ));
-    }
-
-    fn finish<RB>(&mut self, result: &Result<Response<RB>, CallError>) {
-        self.outcome = Some(match result {
-            Ok(response) => token(response.status().as_str(), MAX_OUTCOME_LEN),
-            Err(error) => token(error.outcome(), MAX_OUTCOME_LEN),
-        });
-    }
-
-    fn close(&mut self, end: Instant, outcome: &str) -> Option<Span> {
-        let start = self.in_flight.take()?;
-        let end = self.context.ms_since_arrival(end);
-        Some(span(
-            String::from("attempt"),
-            start,
-            end,
-            Some(token(outcome, MAX_OUTCOME_LEN)),
-        ))
-    }
-}
-
-impl Drop for CallRecord {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        if let Some(span) = self.close(now, "cancelled") {
-            self.attempts.push(span);
-        }
-        let end = self.context.ms_since_arrival(now);
-        let outcome = self
-            .outcome
-            .take()
-            .unwrap_or_else(|| String::from("cancelled"));
-        let mut span = span(
-            std::mem::take(&mut self.name),
-            self.start_ms,
-            end,
-            Some(outcome),
-        );
-        span.children = std::mem::take(&mut self.attempts);
-        self.context.record(span);
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use deadline::trace::Span;
+
     use super::*;
 
-    fn request(method: Method) -> Request<()> {
-        Request::builder().method(method).body(()).unwrap()
-    }
-
-    #[test]
-    fn idempotent_methods_may_be_retried_others_only_with_a_key() {
-        for method in [
-            Method::GET,
-            Method::HEAD,
-            Method::OPTIONS,
-            Method::TRACE,
-            Method::PUT,
-            Method::DELETE,
-        ] {
-            assert!(may_retry(&request(method.clone())), "{method}");
-        }
-        let unknown = Method::from_bytes(b"PURGE").unwrap();
-        for method in [Method::POST, Method::PATCH, Method::CONNECT, unknown] {
-            assert!(!may_retry(&request(method.clone())), "{method}");
-            let mut keyed = request(method.clone());
-            keyed
-                .headers_mut()
-                .insert(IDEMPOTENCY_KEY, "k1".parse().unwrap());
-            assert!(may_retry(&keyed), "{method} with a key");
-        }
-    }
-
-    #[test]
-    fn rebuild_copies_the_request_but_not_its_extensions() {
-        let mut original = Request::builder()
-            .method(Method::PUT)
-            .uri("http://inventory:8080/items?id=7")
-            .version(http::Version::HTTP_10)
-            .header("x-request-id", "r1")
-            .header(BUDGET_HEADER, "99999")
-            .header(BUDGET_HEADER, "88888")
-            .body("body".to_owned())
-            .unwrap();
-        original.extensions_mut().insert(7u8);
-        let copy = rebuild(&original, Budget::from_millis(950), None);
-        assert_eq!(copy.method(), Method::PUT);
-        assert_eq!(copy.uri(), original.uri());
-        assert_eq!(copy.version(), http::Version::HTTP_10);
-        assert_eq!(copy.body(), "body");
-        assert_eq!(copy.headers()["x-request-id"], "r1");
-        let budgets: Vec<_> = copy.headers().get_all(BUDGET_HEADER).iter().collect();
-        assert_eq!(budgets, ["950"]);
-        assert_eq!(copy.extensions().get::<u8>(), None);
-
-        let copy = rebuild(&original, None, None);
-        assert!(!copy.headers().contains_key(BUDGET_HEADER));
-    }
-
-    /// The last attempt moves the original instead of copying it: it must leave as the copy
-    /// would have.
-    #[test]
-    fn the_moved_original_is_the_copy_it_replaces() {
-        let explicit =
-            Deadline::after_duration(Instant::now().into_std(), std::time::Duration::from_secs(1));
-        for budget in [Budget::from_millis(950), None] {
-            let mut original = Request::builder()
-                .method(Method::POST)
-                .uri("http://inventory:8080/items")
-                .header("x-request-id", "r1")
-                .header(BUDGET_HEADER, "99999")
-                .header(BUDGET_HEADER, "88888")
-                .body("body".to_owned())
-                .unwrap();
-            original.extensions_mut().insert(7u8);
-            let copy = rebuild(&original, budget, Some(explicit));
-            let moved = into_attempt(original, budget, Some(explicit));
-            assert_eq!(moved.method(), copy.method());
-            assert_eq!(moved.uri(), copy.uri());
-            assert_eq!(moved.version(), copy.version());
-            assert_eq!(moved.headers(), copy.headers());
-            assert_eq!(moved.body(), copy.body());
-            assert_eq!(moved.extensions().get::<u8>(), None);
-            assert_eq!(moved.extensions().get::<Deadline>(), Some(&explicit));
-        }
-    }
-
-    /// Names and outcomes are made once per layer or copied as they are; they must come out
-    /// as `Span::new` and `with_outcome` would make them.
+    /// The call span's name is made once per layer; it must come out as `Span::new` would
+    /// make it.
     #[test]
     fn names_match_what_span_new_makes() {
         for target in [
@@ -834,37 +332,8 @@ mod tests {
             "",
             "a-target-name-longer-than-the-cap",
         ] {
-            let expected = Span::new(&format!("call:{target}"), 0, 0).name;
-            assert_eq!(call_span_name(target), expected, "{target:?}");
+            let expected = Span::new(format!("call:{target}"), 0, 0).name;
             assert_eq!(Target::new(target).span.as_ref(), expected, "{target:?}");
         }
-        for outcome in [
-            "200",
-            "deadline",
-            "",
-            "cancelled",
-            "an outcome far too long",
-            "é",
-        ] {
-            let expected = Span::new("attempt", 0, 0).with_outcome(outcome).outcome;
-            assert_eq!(
-                Some(token(outcome, MAX_OUTCOME_LEN)),
-                expected,
-                "{outcome:?}"
-            );
-        }
-        let built = span("attempt".into(), 9, 3, Some("x y".into()));
-        assert_eq!(built, Span::new("attempt", 9, 3).with_outcome("x y"));
-    }
-
-    #[test]
-    fn shift_all_moves_every_level() {
-        let mut trace = Trace::decode(b"a@0-5=ok,.b@1-4,..c@2-3,d@0-0");
-        let mut expected = trace.clone();
-        expected.shift(10);
-        shift_all(&mut trace.spans, 10);
-        assert_eq!(trace, expected);
-        shift_all(&mut trace.spans, u64::MAX);
-        assert!(trace.spans.iter().all(|s| s.end_ms == u64::MAX));
     }
 }

@@ -223,7 +223,7 @@ fn ok<T, E: std::fmt::Debug>(poll: Poll<Result<T, E>>) -> T {
     }
 }
 
-// ---- CONTRACT 1.1, row by row ----
+// ---- The budget header's rules, row by row ----
 
 #[tokio::test(start_paused = true)]
 async fn absent_header_means_no_deadline_and_no_cut() {
@@ -472,7 +472,7 @@ async fn regression_absent_and_negative_are_never_confused_at_the_layer() {
     assert_eq!(mock.last_deadline(), None);
 }
 
-// ---- CONTRACT 2: the cut ----
+// ---- The cut ----
 
 #[tokio::test(start_paused = true)]
 async fn work_is_cut_at_the_deadline_less_the_reserve() {
@@ -514,6 +514,33 @@ async fn work_is_cut_at_the_deadline_less_the_reserve() {
     assert_eq!((hold.queued, hold.worked), (Duration::ZERO, 590 * MS));
     assert_eq!(hold.work_end, Some(t0 + 590 * MS));
     assert!(hold.reply_written);
+}
+
+/// The work finishing and the cutoff firing at the same instant: the work is polled first, so
+/// its answer wins and no 504 is made (see the enforce future's module docs).
+#[tokio::test(start_paused = true)]
+async fn the_work_wins_a_tie_with_the_cutoff() {
+    let mock = Mock::new();
+    let holds = Holds::default();
+    let service = holds.layer("inventory").layer(mock.service());
+    let t0 = Instant::now();
+    let mut response = Box::pin(service.oneshot(request("/sleep/590", &[b"600"])));
+    assert!(poll_once(&mut response).await.is_pending());
+    advance(589 * MS).await;
+    assert!(poll_once(&mut response).await.is_pending());
+
+    // Both the handler's sleep and the cutoff end at 590 ms.
+    advance(MS).await;
+    let response = ok(poll_once(&mut response).await);
+    assert_eq!(Instant::now() - t0, 590 * MS);
+    assert_eq!(mock.at("end /sleep/590"), Some(t0 + 590 * MS));
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        trace(&response),
+        "inventory@0-590=200,.queue@0-0,.work@0-590=ok"
+    );
+    assert_eq!(text(response).await, "slept");
+    assert_eq!(holds.one().outcome, HoldOutcome::Ok);
 }
 
 #[tokio::test(start_paused = true)]
@@ -574,7 +601,7 @@ async fn inner_readiness_is_bounded_by_the_cutoff() {
     assert_eq!(Instant::now() - t0, 90 * MS);
 }
 
-// ---- CONTRACT 2: worker slots ----
+// ---- Worker slots ----
 
 #[tokio::test(start_paused = true)]
 async fn the_queue_is_left_at_the_cutoff_and_the_trace_shows_the_wait() {
@@ -959,6 +986,6 @@ const _: fn() = || {
             tower::util::BoxCloneSyncService<Request<()>, Response<Body>, String>,
         >,
     >();
-    sendable::<deadline_http::enforce::future::ResponseFuture<Body, String>>();
+    sendable::<<deadline_http::EnforceDeadline<Inner> as Service<Request<()>>>::Future>();
     sendable::<EnforceBody<Body>>();
 };

@@ -644,8 +644,8 @@ async fn too_little_time_for_the_first_attempt_is_attempt_skipped() {
     let CallError::AttemptSkipped(skipped) = &error else {
         panic!("not AttemptSkipped: {error:?}");
     };
-    assert_eq!(skipped.sent, 0);
-    assert_eq!(skipped.remaining, Some(ms(80)));
+    assert_eq!(skipped.sent(), 0);
+    assert_eq!(skipped.remaining(), Some(ms(80)));
     assert_eq!(skipped.needed(), Some(ms(100)));
     assert_eq!(spans(&ctx), "call:inv@0-0=skipped,.attempt@0-0=skipped");
 }

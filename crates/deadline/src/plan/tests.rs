@@ -242,8 +242,8 @@ pub(super) fn policies() -> impl Strategy<Value = CallPolicy> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200_000, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// CONTRACT 3's five invariants, on a virtual clock: random policies and deadlines, and
-    /// callees that answer after a random share of each wait.
+    /// The planner's five invariants (see the module docs), on a virtual clock: random policies
+    /// and deadlines, and callees that answer after a random share of each wait.
     #[test]
     fn the_five_invariants_hold(
         policy in policies(),

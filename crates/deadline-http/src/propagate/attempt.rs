@@ -1,0 +1,226 @@
+//! The attempt rebuilding: the request each attempt sends, made from the call's original.
+
+use deadline::{BUDGET_HEADER, Budget, Deadline, Decision, Plan, Stop};
+use http::{Method, Request};
+use tokio::time::Instant;
+
+use super::{IDEMPOTENCY_KEY, UNNAMED_TARGET};
+
+/// The call's original request and what each attempt may do with it: copied for every attempt
+/// that another may follow, moved into the last one allowed.
+pub(super) struct AttemptRequests<B> {
+    /// Gone once the last allowed attempt was sent.
+    original: Option<Request<B>>,
+    /// Attempts this request may have: one for a request that must not be sent twice.
+    allowed: u32,
+    /// A deadline set on the request itself, carried by every attempt.
+    explicit: Option<Deadline>,
+}
+
+impl<B: Clone> AttemptRequests<B> {
+    /// The attempts of `request` under a policy allowing `attempts`: one for a request that
+    /// must not be sent twice.
+    pub(super) fn new(request: Request<B>, attempts: u32, explicit: Option<Deadline>) -> Self {
+        let allowed = if may_retry(&request) { attempts } else { 1 };
+        AttemptRequests {
+            original: Some(request),
+            allowed,
+            explicit,
+        }
+    }
+
+    /// The planner's decision at `now`, or a stop once every allowed attempt was sent (a
+    /// request sent once stops as the planner would stop it).
+    pub(super) fn plan(
+        &self,
+        plan: &mut Plan,
+        deadline: Option<Deadline>,
+        now: Instant,
+    ) -> Decision {
+        if plan.sent() >= self.allowed || self.original.is_none() {
+            Decision::Stop(Stop::AttemptsExhausted {
+                attempts: self.allowed,
+            })
+        } else {
+            plan.next(deadline, crate::time::to_std(now))
+        }
+    }
+
+    /// Whether the attempt that is the `sent`-th is the last one allowed.
+    pub(super) fn is_last(&self, sent: u32) -> bool {
+        sent >= self.allowed
+    }
+
+    /// The original request, until the last allowed attempt takes it.
+    pub(super) fn original(&self) -> Option<&Request<B>> {
+        self.original.as_ref()
+    }
+
+    /// The request of the `sent`-th attempt, with `budget`: a copy, or the original itself for
+    /// the last attempt allowed (a request sent once, such as a `POST`, is never copied).
+    /// `None` once the original is gone, which [`plan`](Self::plan) already rules out.
+    pub(super) fn next(&mut self, sent: u32, budget: Option<Budget>) -> Option<Request<B>> {
+        let original = self.original.take()?;
+        if self.is_last(sent) {
+            return Some(into_attempt(original, budget, self.explicit));
+        }
+        let copy = rebuild(&original, budget, self.explicit);
+        self.original = Some(original);
+        Some(copy)
+    }
+}
+
+/// Whether a failed attempt of `request` may be sent again: its method is idempotent, or it
+/// carries an [`IDEMPOTENCY_KEY`].
+fn may_retry<B>(request: &Request<B>) -> bool {
+    let idempotent = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    );
+    idempotent || request.headers().contains_key(IDEMPOTENCY_KEY)
+}
+
+/// The request for one attempt: the original's method, URI, version, headers and a clone of its
+/// body, with `Deadline-Budget-Ms` set to `budget` or removed. Extensions are not copied, except
+/// an explicit deadline.
+fn rebuild<B: Clone>(
+    original: &Request<B>,
+    budget: Option<Budget>,
+    explicit: Option<Deadline>,
+) -> Request<B> {
+    let mut request = Request::new(original.body().clone());
+    *request.method_mut() = original.method().clone();
+    *request.uri_mut() = original.uri().clone();
+    *request.version_mut() = original.version();
+    *request.headers_mut() = original.headers().clone();
+    set_budget(&mut request, budget);
+    if let Some(deadline) = explicit {
+        request.extensions_mut().insert(deadline);
+    }
+    request
+}
+
+/// The original request made the attempt's, as [`rebuild`] would copy it: the same parts, its
+/// `Deadline-Budget-Ms` set to `budget` or removed, its extensions cleared except an explicit
+/// deadline.
+fn into_attempt<B>(
+    mut request: Request<B>,
+    budget: Option<Budget>,
+    explicit: Option<Deadline>,
+) -> Request<B> {
+    set_budget(&mut request, budget);
+    let extensions = request.extensions_mut();
+    extensions.clear();
+    if let Some(deadline) = explicit {
+        extensions.insert(deadline);
+    }
+    request
+}
+
+/// Sets the attempt's `Deadline-Budget-Ms` to `budget`, or removes it without one.
+fn set_budget<B>(request: &mut Request<B>, budget: Option<Budget>) {
+    let headers = request.headers_mut();
+    match budget {
+        // `insert` replaces every value the request arrived with; never a second line.
+        Some(budget) => {
+            headers.insert(BUDGET_HEADER, budget.to_header_value());
+        }
+        None => {
+            headers.remove(BUDGET_HEADER);
+        }
+    }
+}
+
+/// The downstream's name when none was configured: the request URI's authority.
+pub(super) fn authority_name<B>(request: &Request<B>) -> &str {
+    request
+        .uri()
+        .authority()
+        .map_or(UNNAMED_TARGET, |a| a.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: Method) -> Request<()> {
+        Request::builder().method(method).body(()).unwrap()
+    }
+
+    #[test]
+    fn idempotent_methods_may_be_retried_others_only_with_a_key() {
+        for method in [
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::TRACE,
+            Method::PUT,
+            Method::DELETE,
+        ] {
+            assert!(may_retry(&request(method.clone())), "{method}");
+        }
+        let unknown = Method::from_bytes(b"PURGE").unwrap();
+        for method in [Method::POST, Method::PATCH, Method::CONNECT, unknown] {
+            assert!(!may_retry(&request(method.clone())), "{method}");
+            let mut keyed = request(method.clone());
+            keyed
+                .headers_mut()
+                .insert(IDEMPOTENCY_KEY, "k1".parse().unwrap());
+            assert!(may_retry(&keyed), "{method} with a key");
+        }
+    }
+
+    #[test]
+    fn rebuild_copies_the_request_but_not_its_extensions() {
+        let mut original = Request::builder()
+            .method(Method::PUT)
+            .uri("http://inventory:8080/items?id=7")
+            .version(http::Version::HTTP_10)
+            .header("x-request-id", "r1")
+            .header(BUDGET_HEADER, "99999")
+            .header(BUDGET_HEADER, "88888")
+            .body("body".to_owned())
+            .unwrap();
+        original.extensions_mut().insert(7u8);
+        let copy = rebuild(&original, Budget::from_millis(950), None);
+        assert_eq!(copy.method(), Method::PUT);
+        assert_eq!(copy.uri(), original.uri());
+        assert_eq!(copy.version(), http::Version::HTTP_10);
+        assert_eq!(copy.body(), "body");
+        assert_eq!(copy.headers()["x-request-id"], "r1");
+        let budgets: Vec<_> = copy.headers().get_all(BUDGET_HEADER).iter().collect();
+        assert_eq!(budgets, ["950"]);
+        assert_eq!(copy.extensions().get::<u8>(), None);
+
+        let copy = rebuild(&original, None, None);
+        assert!(!copy.headers().contains_key(BUDGET_HEADER));
+    }
+
+    /// The last attempt moves the original instead of copying it: it must leave as the copy
+    /// would have.
+    #[test]
+    fn the_moved_original_is_the_copy_it_replaces() {
+        let explicit =
+            Deadline::after_duration(Instant::now().into_std(), std::time::Duration::from_secs(1));
+        for budget in [Budget::from_millis(950), None] {
+            let mut original = Request::builder()
+                .method(Method::POST)
+                .uri("http://inventory:8080/items")
+                .header("x-request-id", "r1")
+                .header(BUDGET_HEADER, "99999")
+                .header(BUDGET_HEADER, "88888")
+                .body("body".to_owned())
+                .unwrap();
+            original.extensions_mut().insert(7u8);
+            let copy = rebuild(&original, budget, Some(explicit));
+            let moved = into_attempt(original, budget, Some(explicit));
+            assert_eq!(moved.method(), copy.method());
+            assert_eq!(moved.uri(), copy.uri());
+            assert_eq!(moved.version(), copy.version());
+            assert_eq!(moved.headers(), copy.headers());
+            assert_eq!(moved.body(), copy.body());
+            assert_eq!(moved.extensions().get::<u8>(), None);
+            assert_eq!(moved.extensions().get::<Deadline>(), Some(&explicit));
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The call record: one call's span and its attempts, recorded into the hop's context when
+//! the call ends or its future is dropped.
+//!
+//! Each attempt keeps its callee's `Deadline-Trace` as the header value it came in (checked,
+//! not decoded): the enforce layer writes it into this hop's trace straight from the text (see
+//! [`deadline::trace::EncodedTrace`]).
+
+use std::sync::Arc;
+
+use deadline::Stop;
+use deadline::trace::{
+    AttemptSpan, Attempts, CallSpan, EncodedTrace, Outcome, TRACE_HEADER, outcome,
+};
+use http::Response;
+use tokio::time::Instant;
+
+use crate::context::{ActivityGuard, DeadlineContext};
+use crate::error::CallError;
+
+/// The call's span under construction, recorded into the context when dropped.
+pub(super) struct CallRecord {
+    context: DeadlineContext,
+    /// The downstream, shared with each attempt's activity.
+    target: Arc<str>,
+    /// The call span, its end and outcome filled in when it is recorded.
+    call: CallSpan,
+    /// When the attempt in flight started, in ms since arrival.
+    in_flight: Option<u64>,
+    /// How the call ended; `None` while it runs (and so when its future is dropped).
+    outcome: Option<Outcome>,
+}
+
+impl CallRecord {
+    /// A call to `target` recorded as `name` (`call:<target>`, made once per client), starting
+    /// at `start`.
+    pub(super) fn new(
+        context: DeadlineContext,
+        target: Arc<str>,
+        name: Arc<str>,
+        start: Instant,
+    ) -> CallRecord {
+        let start_ms = context.ms_since_arrival(start);
+        CallRecord {
+            context,
+            target,
+            call: CallSpan {
+                name,
+                start_ms,
+                end_ms: start_ms,
+                outcome: Outcome::Word(outcome::CANCELLED),
+                attempts: Attempts::new(),
+            },
+            in_flight: None,
+            outcome: None,
+        }
+    }
+
+    /// An attempt starts at `now`; the hop is calling the target until the guard is dropped.
+    pub(super) fn begin(&mut self, now: Instant) -> ActivityGuard {
+        self.in_flight = Some(self.context.ms_since_arrival(now));
+        self.context.enter_calling(Arc::clone(&self.target))
+    }
+
+    /// The attempt in flight ended at `end` without a response, with `outcome` (a word of
+    /// [`outcome`]).
+    pub(super) fn end(&mut self, end: Instant, outcome: &'static str) {
+        self.close(end, Outcome::Word(outcome), None);
+    }
+
+    /// The attempt in flight got `response` at `end`: its callee's trace goes under it.
+    pub(super) fn end_with_response<RB>(&mut self, end: Instant, response: &Response<RB>) {
+        let callee = response
+            .headers()
+            .get(TRACE_HEADER)
+            .map(|value| EncodedTrace::new(value.clone()));
+        self.close(end, Outcome::Status(response.status()), callee);
+    }
+
+    /// The planner stopped the call at `now` with `stop`, and the call ends with `result`.
+    pub(super) fn stopped<RB>(
+        &mut self,
+        now: Instant,
+        stop: Stop,
+        result: &Result<Response<RB>, CallError>,
+    ) {
+        if let Stop::NotEnoughTime { .. } = stop {
+            // The planner refused an attempt: a zero-length `skipped` span.
+            let at = self.context.ms_since_arrival(now);
+            self.call.attempts.push(AttemptSpan {
+                start_ms: at,
+                end_ms: at,
+                outcome: Outcome::Word(outcome::SKIPPED),
+                callee: None,
+            });
+        }
+        self.outcome = Some(match result {
+            Ok(response) => Outcome::Status(response.status()),
+            Err(error) => Outcome::Word(error.outcome()),
+        });
+    }
+
+    /// The call ends with `response`.
+    pub(super) fn finish_with<RB>(&mut self, response: &Response<RB>) {
+        self.outcome = Some(Outcome::Status(response.status()));
+    }
+
+    /// Ends the attempt in flight, if any, at `end`.
+    fn close(&mut self, end: Instant, outcome: Outcome, callee: Option<EncodedTrace>) {
+        let Some(start_ms) = self.in_flight.take() else {
+            return;
+        };
+        self.call.attempts.push(AttemptSpan {
+            start_ms,
+            end_ms: self.context.ms_since_arrival(end),
+            outcome,
+            callee,
+        });
+    }
+}
+
+impl Drop for CallRecord {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        self.close(now, Outcome::Word(outcome::CANCELLED), None);
+        self.call.end_ms = self.context.ms_since_arrival(now);
+        if let Some(outcome) = self.outcome.take() {
+            self.call.outcome = outcome;
+        }
+        let call = CallSpan {
+            name: Arc::clone(&self.call.name),
+            attempts: std::mem::take(&mut self.call.attempts),
+            ..self.call
+        };
+        self.context.record_call(call);
+    }
+}
