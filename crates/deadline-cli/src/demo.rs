@@ -10,7 +10,9 @@ use anyhow::Context as _;
 use clap::Args;
 use serde::Serialize;
 
-use crate::harness::{Chain, Scenario, UserResult, one_user, user_client};
+use crate::harness::{
+    Chain, Placement, PlacementArgs, Scenario, UserResult, one_user, user_client,
+};
 use crate::holds::HoldLine;
 use crate::svg;
 
@@ -29,6 +31,9 @@ pub(crate) struct DemoArgs {
     /// How long inventory works on every call, in ms.
     #[arg(long, default_value_t = 1_500)]
     inventory_work: u64,
+    /// Where the three services run.
+    #[command(flatten)]
+    placement: PlacementArgs,
 }
 
 /// One run's figures. Field names are part of the interface (CONTRACT 6).
@@ -56,7 +61,7 @@ struct DemoReport<'a> {
     runs: &'a [DemoRun],
 }
 
-async fn play(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
+async fn play(args: &DemoArgs, placement: &Placement, deadlines: bool) -> anyhow::Result<DemoRun> {
     let label = if deadlines {
         "demo-with"
     } else {
@@ -66,6 +71,7 @@ async fn play(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
         label,
         &Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()])
             .hops(deadlines),
+        placement,
     )
     .await?;
     let client = user_client();
@@ -106,6 +112,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     if args.user_wait < 100 {
         anyhow::bail!("--user-wait must be at least 100 ms");
     }
+    let placement = args.placement.resolve()?;
     if !args.json {
         println!("deadline demo: user -> gateway -> orders -> inventory, each a separate process.");
         println!(
@@ -114,11 +121,14 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             args.user_wait.saturating_sub(50).max(1),
             args.inventory_work as f64 / 1_000.0
         );
+        for line in placement.describe() {
+            println!("  {line}");
+        }
     }
     let mut runs = Vec::with_capacity(2);
     for deadlines in [false, true] {
         let run = tokio::select! {
-            run = play(&args, deadlines) => run?,
+            run = play(&args, &placement, deadlines) => run?,
             _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
         };
         if !args.json {

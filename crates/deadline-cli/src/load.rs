@@ -19,7 +19,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::harness::{Chain, ProcessUsage, Scenario, one_user, reference, user_client};
+use crate::harness::{
+    Chain, Placement, PlacementArgs, ProcessUsage, Scenario, one_user, reference, user_client,
+};
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::service::is_slow;
 use crate::svg;
@@ -79,6 +81,9 @@ pub(crate) struct LoadArgs {
     /// Seed of the slow-request choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Where the three services run.
+    #[command(flatten)]
+    placement: PlacementArgs,
 }
 
 /// One run's figures. Field names are part of the interface (CONTRACT 6).
@@ -192,13 +197,18 @@ fn scenario(args: &LoadArgs) -> Scenario {
     }
 }
 
-async fn play(args: &LoadArgs, deadlines: bool, progress: &ProgressBar) -> anyhow::Result<LoadRun> {
+async fn play(
+    args: &LoadArgs,
+    placement: &Placement,
+    deadlines: bool,
+    progress: &ProgressBar,
+) -> anyhow::Result<LoadRun> {
     let label = if deadlines {
         "load-with"
     } else {
         "load-without"
     };
-    let chain = Chain::start(label, &scenario(args).hops(deadlines)).await?;
+    let chain = Chain::start(label, &scenario(args).hops(deadlines), placement).await?;
     let client = user_client();
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
@@ -416,6 +426,7 @@ fn check(runs: &[LoadRun]) -> Check {
 
 pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     validate(&args)?;
+    let placement = args.placement.resolve()?;
     let progress = ProgressBar::new(0);
     progress.set_style(
         ProgressStyle::with_template("{msg:>18} [{bar:40}] {pos}/{len} users, {elapsed}")
@@ -430,7 +441,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     for deadlines in modes {
         let run = tokio::select! {
-            run = play(&args, deadlines, &progress) => run?,
+            run = play(&args, &placement, deadlines, &progress) => run?,
             _ = tokio::signal::ctrl_c() => bail!("interrupted; the services were stopped"),
         };
         runs.push(run);
@@ -449,7 +460,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(exit(args.check, passed));
     }
-    print_table(&args, &runs);
+    print_table(&args, &placement, &runs);
     if let Some(path) = &args.svg {
         println!("Chart written to {}.", path.display());
     }
@@ -490,8 +501,11 @@ impl LoadArgs {
     }
 }
 
-fn print_table(args: &LoadArgs, runs: &[LoadRun]) {
+fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRun]) {
     println!("deadline load: {}", args.describe());
+    for line in placement.describe() {
+        println!("  {line}");
+    }
     let header: Vec<String> = runs
         .iter()
         .map(|r| {
