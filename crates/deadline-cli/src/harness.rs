@@ -159,6 +159,15 @@ impl Drop for TempDir {
     }
 }
 
+/// `hops` with `--margin MS` added to every service: the transit margin each caller keeps back
+/// from the budget it forwards (the services' default is 50 ms).
+pub(crate) fn with_margin(mut hops: Vec<Hop>, margin: u64) -> Vec<Hop> {
+    for hop in &mut hops {
+        hop.args.extend(["--margin".to_owned(), margin.to_string()]);
+    }
+    hops
+}
+
 /// The hops a [`Placement`] may name.
 pub(crate) const HOP_NAMES: [&str; 3] = ["gateway", "orders", "inventory"];
 

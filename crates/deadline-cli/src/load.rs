@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::harness::{
     Chain, Placement, PlacementArgs, ProcessUsage, Scenario, one_user, reference, user_client,
+    with_margin,
 };
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::service::is_slow;
@@ -48,9 +49,15 @@ pub(crate) struct LoadArgs {
     /// Run only one way: `with` or `without` deadlines (default both).
     #[arg(long, value_parser = ["with", "without"])]
     only: Option<String>,
-    /// How long each user waits, in ms; they send this less 50 ms as their budget.
+    /// How long each user waits, in ms; they send this less `--margin` as their budget.
     #[arg(long, default_value_t = 2_000)]
     user_wait: u64,
+    /// The transit margin every caller keeps back, in ms: the user sends `--user-wait` less
+    /// this as their budget, and each service forwards its remaining budget less this. Raise it
+    /// when hops are far apart: it must cover a request's way in (on a new connection, the TCP
+    /// handshake too: one and a half round trips) and its answer's way back.
+    #[arg(long, default_value_t = 50)]
+    margin: u64,
     /// Inventory's worker slots.
     #[arg(long, default_value_t = 8)]
     slots: usize,
@@ -175,6 +182,9 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     if args.user_wait < 100 {
         bail!("--user-wait must be at least 100 ms");
     }
+    if args.margin >= args.user_wait {
+        bail!("--margin must be below --user-wait, or the user sends no budget");
+    }
     Ok(())
 }
 
@@ -208,13 +218,14 @@ async fn play(
     } else {
         "load-without"
     };
-    let chain = Chain::start(label, &scenario(args).hops(deadlines), placement).await?;
+    let hops = with_margin(scenario(args).hops(deadlines), args.margin);
+    let chain = Chain::start(label, &hops, placement).await?;
     let client = user_client();
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
     let period = Duration::from_secs_f64(1.0 / args.rate);
     let wait = Duration::from_millis(args.user_wait);
-    let budget = args.user_wait.saturating_sub(50).max(1);
+    let budget = args.user_wait.saturating_sub(args.margin).max(1);
 
     progress.set_length(total as u64);
     progress.set_position(0);

@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod load;
+mod placement;
 mod service;
 mod trace;
 mod util;
