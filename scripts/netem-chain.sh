@@ -222,12 +222,12 @@ fail() {
 
 for setting in "${SETTINGS[@]}"; do
     read -r delay jitter loss margin <<<"$setting"
+    margin="${MARGIN:-$margin}"
     name="${delay} ms +- ${jitter} ms, ${loss} % loss, margin ${margin} ms"
     echo
     echo "== setting: $name, on each direction of each link ($(date -u +%H:%M:%S), load average $(cut -d' ' -f1-3 /proc/loadavg))"
     stop_emulators
     links "$delay" "$jitter" "$loss"
-    margin="${MARGIN:-$margin}"
     placed=("${PLACE[@]}" --margin "$margin")
 
     ip netns exec "$NS_USER" "$BIN" demo --json "${placed[@]}" >"$OUT/demo.json"
@@ -243,7 +243,7 @@ for setting in "${SETTINGS[@]}"; do
     read -r calls_after work_after < <(jq -r '.runs[] | select(.deadlines) |
         "\(.calls_after_user_left) \(.worker_ms_after_user_left)"' "$OUT/demo.json")
     if [ "$calls_after" != "0" ] || [ "$(jq -n "$work_after > 0")" = "true" ]; then
-        fail "demo with deadlines: $calls_after calls and $work_after ms of work after the user left"
+        fail "demo with deadlines: $calls_after calls and $(printf '%.0f' "$work_after") ms of work after the user left"
     fi
 
     load=(load --json --rate "$RATE" --seconds "$SECONDS_OF_LOAD" "${placed[@]}")
@@ -274,7 +274,7 @@ for setting in "${SETTINGS[@]}"; do
         fail "load with deadlines: $fast fast misses, more than the $rto retransmission timeouts explain"
     fi
     if [ "$(jq -n "$work_after > 0")" = "true" ]; then
-        fail "load with deadlines: $work_after ms of worker time after users left"
+        fail "load with deadlines: $(printf '%.0f' "$work_after") ms of worker time after users left"
     fi
 done
 

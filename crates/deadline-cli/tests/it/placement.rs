@@ -7,7 +7,14 @@ use crate::util::bin;
 fn short_load(extra: &[&str]) -> std::process::Output {
     bin()
         .args([
-            "load", "--only", "with", "--rate", "10", "--seconds", "1", "--json",
+            "load",
+            "--only",
+            "with",
+            "--rate",
+            "10",
+            "--seconds",
+            "1",
+            "--json",
         ])
         .args(extra)
         .output()
@@ -38,7 +45,11 @@ fn services_start_under_a_prefix_and_stop_through_it() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     let run = &json["runs"][0];
     assert_eq!(run["requests"], 10, "{run}");
-    assert_eq!(run["worker_ms_after_users_left"].as_f64(), Some(0.0), "{run}");
+    assert_eq!(
+        run["worker_ms_after_users_left"].as_f64(),
+        Some(0.0),
+        "{run}"
+    );
     assert!(run["calls"].as_u64().unwrap() >= 10, "{run}");
 }
 
@@ -60,18 +71,24 @@ fn bad_placements_are_refused_before_anything_starts() {
         (&["--netns", "gateway"][..], "expected HOP=VALUE"),
         (&["--netns", "orders=a,orders=b"][..], "two prefixes"),
         (&["--hop-prefix", "orders="][..], "nothing after '='"),
-        (&["--hop-listen", "inventory=localhost:0"][..], "expected IP:PORT"),
-        (&["--hop-listen", "gateway=0.0.0.0:0"][..], "cannot be dialled"),
-        (&["--margin", "2000"][..], "--margin must be below --user-wait"),
+        (
+            &["--hop-listen", "inventory=localhost:0"][..],
+            "expected IP:PORT",
+        ),
+        (
+            &["--hop-listen", "gateway=0.0.0.0:0"][..],
+            "cannot be dialled",
+        ),
+        (
+            &["--margin", "2000"][..],
+            "--margin must be below --user-wait",
+        ),
     ] {
         for command in ["load", "demo"] {
             let out = bin().arg(command).args(args).output().expect("runs");
             assert_eq!(out.status.code(), Some(1), "{command} {args:?}");
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                stderr.contains(expected),
-                "{command} {args:?}: {stderr}"
-            );
+            assert!(stderr.contains(expected), "{command} {args:?}: {stderr}");
             assert!(out.stdout.is_empty(), "{command} {args:?}");
         }
     }
