@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo and a load run across real network paths: user, gateway, orders and inventory each in
 # a network namespace of its own, joined in a line by veth pairs, with `tc netem` delay, jitter
-# and loss on every link, in both directions.
+# and loss on every link, in both directions (on a kernel without sch_netem, TUN pairs joined by
+# scripts/link-emulator.py, which does the same; see LINK below).
 #
 #   user --link1-- gateway --link2-- orders --link3-- inventory
 #   10.231.1.1     10.231.1.2
