@@ -35,7 +35,7 @@
 #
 # Usage (as root): scripts/netem-chain.sh            (settings: see SETTINGS below)
 # Environment: RATE (default 30), SECONDS_OF_LOAD (default 10), MARGIN (overrides every setting's),
-# LINK (netem or emulator), DEADLINE_BIN (a built binary; default: build target/release/deadline).
+# SETTING (one setting instead of the two), LINK (netem or emulator), DEADLINE_BIN (a built binary; default: build target/release/deadline).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,6 +52,8 @@ SETTINGS=(
     "5 1 0 50"
     "25 5 0.5 150"
 )
+# SETTING="DELAY JITTER LOSS MARGIN" runs that one setting instead.
+if [ -n "${SETTING:-}" ]; then SETTINGS=("$SETTING"); fi
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "netem-chain: run as root (network namespaces and tc need it)" >&2
