@@ -11,7 +11,9 @@ use clap::Args;
 use deadline::trace::name;
 use serde::Serialize;
 
-use crate::harness::{Chain, Scenario, UserResult, one_user, user_client};
+use crate::harness::{
+    Chain, Placement, PlacementArgs, Scenario, UserResult, one_user, user_client, with_margin,
+};
 use crate::holds::HoldLine;
 use crate::svg;
 
@@ -24,12 +26,21 @@ pub(crate) struct DemoArgs {
     /// Print one JSON document (`{"runs": [...]}`) on stdout instead of the summary.
     #[arg(long)]
     json: bool,
-    /// How long the user waits, in ms; they send this less 50 ms as their budget.
+    /// How long the user waits, in ms; they send this less `--margin` as their budget.
     #[arg(long, default_value_t = 2_000)]
     user_wait: u64,
     /// How long inventory works on every call, in ms.
     #[arg(long, default_value_t = 1_500)]
     inventory_work: u64,
+    /// The transit margin every caller keeps back, in ms: the user sends `--user-wait` less
+    /// this as their budget, and each service forwards its remaining budget less this. Raise it
+    /// when hops are far apart: it must cover a request's way in (on a new connection, the TCP
+    /// handshake too: one and a half round trips) and its answer's way back.
+    #[arg(long, default_value_t = 50)]
+    margin: u64,
+    /// Where the three services run.
+    #[command(flatten)]
+    placement: PlacementArgs,
 }
 
 /// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
@@ -58,7 +69,11 @@ struct DemoReport<'a> {
 }
 
 /// The slow request once through a fresh chain, with or without deadlines.
-async fn run_once(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
+async fn run_once(
+    args: &DemoArgs,
+    placement: &Placement,
+    deadlines: bool,
+) -> anyhow::Result<DemoRun> {
     let label = if deadlines {
         "demo-with"
     } else {
@@ -66,14 +81,18 @@ async fn run_once(args: &DemoArgs, deadlines: bool) -> anyhow::Result<DemoRun> {
     };
     let chain = Chain::start(
         label,
-        &Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()])
-            .hops(deadlines),
+        &with_margin(
+            Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()])
+                .hops(deadlines),
+            args.margin,
+        ),
+        placement,
     )
     .await?;
     let client = user_client();
     let url = format!("{}/order/42", chain.edge_url());
     let wait = Duration::from_millis(args.user_wait);
-    let budget = args.user_wait.saturating_sub(50).max(1);
+    let budget = args.user_wait.saturating_sub(args.margin).max(1);
     let user = one_user(&client, &url, "demo-1", Some(budget), wait).await?;
     let holds = chain.stop().await?;
     Ok(summarize(deadlines, &user, holds, user.sent_ms))
@@ -109,19 +128,26 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     if args.user_wait < 100 {
         anyhow::bail!("--user-wait must be at least 100 ms");
     }
+    if args.margin >= args.user_wait {
+        anyhow::bail!("--margin must be below --user-wait, or the user sends no budget");
+    }
+    let placement = args.placement.resolve()?;
     if !args.json {
         println!("deadline demo: user -> gateway -> orders -> inventory, each a separate process.");
         println!(
             "The user waits {:.1} s and sends Deadline-Budget-Ms: {}. Inventory takes {:.1} s.",
             args.user_wait as f64 / 1_000.0,
-            args.user_wait.saturating_sub(50).max(1),
+            args.user_wait.saturating_sub(args.margin).max(1),
             args.inventory_work as f64 / 1_000.0
         );
+        for line in placement.describe() {
+            println!("  {line}");
+        }
     }
     let mut runs = Vec::with_capacity(2);
     for deadlines in [false, true] {
         let run = tokio::select! {
-            run = run_once(&args, deadlines) => run?,
+            run = run_once(&args, &placement, deadlines) => run?,
             _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
         };
         if !args.json {

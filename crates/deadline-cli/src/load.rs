@@ -19,7 +19,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::harness::{Chain, ProcessUsage, Scenario, one_user, reference, user_client};
+use crate::harness::{
+    Chain, Placement, PlacementArgs, ProcessUsage, Scenario, one_user, reference, user_client,
+    with_margin,
+};
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
 use crate::slowness::is_slow;
@@ -47,9 +50,15 @@ pub(crate) struct LoadArgs {
     /// Run only one way: `with` or `without` deadlines (default both).
     #[arg(long, value_parser = ["with", "without"])]
     only: Option<String>,
-    /// How long each user waits, in ms; they send this less 50 ms as their budget.
+    /// How long each user waits, in ms; they send this less `--margin` as their budget.
     #[arg(long, default_value_t = 2_000)]
     user_wait: u64,
+    /// The transit margin every caller keeps back, in ms: the user sends `--user-wait` less
+    /// this as their budget, and each service forwards its remaining budget less this. Raise it
+    /// when hops are far apart: it must cover a request's way in (on a new connection, the TCP
+    /// handshake too: one and a half round trips) and its answer's way back.
+    #[arg(long, default_value_t = 50)]
+    margin: u64,
     /// Inventory's worker slots.
     #[arg(long, default_value_t = 8)]
     slots: usize,
@@ -80,6 +89,9 @@ pub(crate) struct LoadArgs {
     /// Seed of the slow-request choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Where the three services run.
+    #[command(flatten)]
+    placement: PlacementArgs,
 }
 
 /// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
@@ -174,6 +186,9 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     if args.user_wait < 100 {
         bail!("--user-wait must be at least 100 ms");
     }
+    if args.margin >= args.user_wait {
+        bail!("--margin must be below --user-wait, or the user sends no budget");
+    }
     Ok(())
 }
 
@@ -199,6 +214,7 @@ fn scenario(args: &LoadArgs) -> Scenario {
 /// One run of the load through a fresh chain, with or without deadlines.
 async fn run_once(
     args: &LoadArgs,
+    placement: &Placement,
     deadlines: bool,
     progress: &ProgressBar,
 ) -> anyhow::Result<LoadRun> {
@@ -207,13 +223,14 @@ async fn run_once(
     } else {
         "load-without"
     };
-    let chain = Chain::start(label, &scenario(args).hops(deadlines)).await?;
+    let hops = with_margin(scenario(args).hops(deadlines), args.margin);
+    let chain = Chain::start(label, &hops, placement).await?;
     let client = user_client();
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
     let period = Duration::from_secs_f64(1.0 / args.rate);
     let wait = Duration::from_millis(args.user_wait);
-    let budget = args.user_wait.saturating_sub(50).max(1);
+    let budget = args.user_wait.saturating_sub(args.margin).max(1);
 
     progress.set_length(total as u64);
     progress.set_position(0);
@@ -437,6 +454,7 @@ fn check(runs: &[LoadRun]) -> Check {
 
 pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     validate(&args)?;
+    let placement = args.placement.resolve()?;
     let progress = ProgressBar::new(0);
     progress.set_style(
         ProgressStyle::with_template("{msg:>18} [{bar:40}] {pos}/{len} users, {elapsed}")
@@ -451,7 +469,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     for deadlines in modes {
         let run = tokio::select! {
-            run = run_once(&args, deadlines, &progress) => run?,
+            run = run_once(&args, &placement, deadlines, &progress) => run?,
             _ = tokio::signal::ctrl_c() => bail!("interrupted; the services were stopped"),
         };
         runs.push(run);
@@ -478,7 +496,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(exit(args.check, passed));
     }
-    print_table(&args, &runs);
+    print_table(&args, &placement, &runs);
     if let Some(path) = &args.svg {
         println!("Chart written to {}.", path.display());
     }
@@ -519,8 +537,11 @@ impl LoadArgs {
     }
 }
 
-fn print_table(args: &LoadArgs, runs: &[LoadRun]) {
+fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRun]) {
     println!("deadline load: {}", args.describe());
+    for line in placement.describe() {
+        println!("  {line}");
+    }
     let header: Vec<String> = runs
         .iter()
         .map(|r| {

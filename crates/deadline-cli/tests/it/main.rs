@@ -6,6 +6,7 @@ mod demo;
 mod hold_log;
 mod hygiene;
 mod load;
+mod placement;
 mod service;
 mod trace;
 mod util;
