@@ -9,9 +9,11 @@
 #                  10.231.2.1        10.231.2.2
 #                                    10.231.3.1        10.231.3.2
 #
-# Each pair of neighbours talks over its own link (a /24 of its own), so no forwarding or routes
-# beyond the connected ones are needed, and nothing outside these namespaces is ever a target:
-# the addresses exist only inside them. The user (the `deadline demo` / `deadline load` process)
+# Each pair of neighbours talks over its own link (a /24 of its own). The requests themselves
+# only ever cross to the next hop; gateway and orders also forward between their two links, so
+# the user side can read every service's `GET /debug/runtime` (the load's check that services
+# return to idle), across the same emulated links. Nothing outside these namespaces is ever a
+# target: the addresses exist only inside them. The user (the `deadline demo` / `deadline load` process)
 # runs in the user namespace and starts each service in its own with `--netns`, listening on its
 # address towards the hop before it (`--hop-listen`).
 #
@@ -25,8 +27,11 @@
 # deadlines (`nstat`, summed over the four namespaces).
 #
 # The check (the script exits non-zero when it fails), with deadlines, per setting:
-#   1. the demo: no call and no worker time after the user left;
-#   2. the load: no worker time after users left;
+#   1. the demo: no call after the user left, and no worker time after the user left unless a TCP
+#      retransmission timeout delayed a request on the wire (then at most LATE_MS_PER_TIMEOUT for
+#      each timeout counted in the namespaces during the demo);
+#   2. the load: no worker time after users left, with the same allowance for the timeouts
+#      counted during that run (without loss the allowance is 0);
 #   3. the load: misses that are not slow requests ("fast misses") are at most the number of TCP
 #      retransmission timeouts (TcpExtTCPTimeouts) in the namespaces during that run. Only a
 #      retransmission timeout can make a fast request late here: a SYN or SYN-ACK lost costs the
@@ -202,6 +207,18 @@ links() {
     done
 }
 
+# routes: the user side reaches orders and inventory through the gateway (and orders), and their
+# answers find their way back. Called after `links`, which makes the devices anew per setting.
+routes() {
+    ip netns exec "$NS_GW" sysctl -qw net.ipv4.ip_forward=1
+    ip netns exec "$NS_ORD" sysctl -qw net.ipv4.ip_forward=1
+    ip -n "$NS_USER" route replace 10.231.2.0/24 via 10.231.1.2
+    ip -n "$NS_USER" route replace 10.231.3.0/24 via 10.231.1.2
+    ip -n "$NS_GW" route replace 10.231.3.0/24 via 10.231.2.2
+    ip -n "$NS_ORD" route replace 10.231.1.0/24 via 10.231.2.1
+    ip -n "$NS_INV" route replace 10.231.1.0/24 via 10.231.3.1
+}
+
 PLACE=(
     --netns "gateway=$NS_GW,orders=$NS_ORD,inventory=$NS_INV"
     --hop-listen "gateway=10.231.1.2:0,orders=10.231.2.2:0,inventory=10.231.3.2:0"
@@ -217,6 +234,12 @@ counters() {
     echo "$total"
 }
 
+# What one TCP retransmission timeout may cost in work after a user left. A budget is relative, so
+# a request a timeout held on the wire reaches its hop late, and that hop (and the ones it calls)
+# then work up to as long past the user's deadline: at most TCP's initial 1 s for a lost SYN or
+# SYN-ACK, for each of the three hops. Without a timeout in the run the allowance is zero.
+LATE_MS_PER_TIMEOUT=3000
+
 failed=0
 fail() {
     echo "  CHECK FAILED: $*"
@@ -231,9 +254,12 @@ for setting in "${SETTINGS[@]}"; do
     echo "== setting: $name, on each direction of each link ($(date -u +%H:%M:%S), load average $(cut -d' ' -f1-3 /proc/loadavg))"
     stop_emulators
     links "$delay" "$jitter" "$loss"
+    routes
     placed=("${PLACE[@]}" --margin "$margin")
 
+    demo_rto0="$(counters TcpExtTCPTimeouts)"
     ip netns exec "$NS_USER" "$BIN" demo --json "${placed[@]}" >"$OUT/demo.json"
+    demo_rto=$(($(counters TcpExtTCPTimeouts) - demo_rto0))
     for way in 0 1; do
         jq -r --argjson i "$way" '.runs[$i] |
             "  demo " + (if .deadlines then "with:    " else "without: " end)
@@ -245,8 +271,10 @@ for setting in "${SETTINGS[@]}"; do
     done
     read -r calls_after work_after < <(jq -r '.runs[] | select(.deadlines) |
         "\(.calls_after_user_left) \(.worker_ms_after_user_left)"' "$OUT/demo.json")
-    if [ "$calls_after" != "0" ] || [ "$(jq -n "$work_after > 0")" = "true" ]; then
-        fail "demo with deadlines: $calls_after calls and $(printf '%.0f' "$work_after") ms of work after the user left"
+    if [ "$calls_after" != "0" ] || [ "$(jq -n "$work_after > $demo_rto * $LATE_MS_PER_TIMEOUT")" = "true" ]; then
+        fail "demo with deadlines: $calls_after calls and $(printf '%.0f' "$work_after") ms of work after the user left ($demo_rto retransmission timeouts during both demo runs)"
+    elif [ "$(jq -n "$work_after > 0")" = "true" ]; then
+        echo "  demo with: $(printf '%.0f' "$work_after") ms of work after the user left, within the allowance of $demo_rto retransmission timeouts"
     fi
 
     load=(load --json --rate "$RATE" --seconds "$SECONDS_OF_LOAD" "${placed[@]}")
@@ -276,8 +304,10 @@ for setting in "${SETTINGS[@]}"; do
     if [ "$fast" -gt "$rto" ]; then
         fail "load with deadlines: $fast fast misses, more than the $rto retransmission timeouts explain"
     fi
-    if [ "$(jq -n "$work_after > 0")" = "true" ]; then
-        fail "load with deadlines: $(printf '%.0f' "$work_after") ms of worker time after users left"
+    if [ "$(jq -n "$work_after > $rto * $LATE_MS_PER_TIMEOUT")" = "true" ]; then
+        fail "load with deadlines: $(printf '%.0f' "$work_after") ms of worker time after users left, more than the $rto retransmission timeouts explain"
+    elif [ "$(jq -n "$work_after > 0")" = "true" ]; then
+        echo "  load with: $(printf '%.0f' "$work_after") ms of worker time after users left, within the allowance of $rto retransmission timeouts"
     fi
 done
 
@@ -286,4 +316,4 @@ if [ "$failed" -ne 0 ]; then
     echo "netem-chain: check FAILED"
     exit 1
 fi
-echo "netem-chain: check passed (nothing ran after a user left; fast misses within the retransmission timeouts)"
+echo "netem-chain: check passed (nothing ran after a user left beyond what retransmission timeouts explain; fast misses within them)"
