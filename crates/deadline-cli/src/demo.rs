@@ -11,10 +11,9 @@ use clap::Args;
 use deadline::trace::name;
 use serde::Serialize;
 
-use crate::harness::{
-    Chain, Placement, PlacementArgs, Scenario, UserResult, one_user, user_client, with_margin,
-};
+use crate::harness::{Chain, Scenario, UserResult, one_user, user_client, with_margin};
 use crate::holds::HoldLine;
+use crate::placement::{Placement, PlacementArgs};
 use crate::svg;
 
 /// Arguments of `deadline demo`.

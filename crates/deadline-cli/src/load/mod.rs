@@ -6,6 +6,8 @@
 //! struggles and hide the effect being measured. The generator reports its achieved rate and
 //! worst send lateness so a run can show it kept up.
 
+mod table;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,11 +22,11 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::harness::{
-    Chain, Placement, PlacementArgs, ProcessUsage, Scenario, one_user, reference, user_client,
-    with_margin,
+    Chain, ProcessUsage, Scenario, one_user, reference, user_client, with_margin,
 };
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
+use crate::placement::{Placement, PlacementArgs};
 use crate::slowness::is_slow;
 use crate::svg;
 
@@ -496,7 +498,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(exit(args.check, passed));
     }
-    print_table(&args, &placement, &runs);
+    table::print_table(&args, &placement, &runs);
     if let Some(path) = &args.svg {
         println!("Chart written to {}.", path.display());
     }
@@ -535,142 +537,4 @@ impl LoadArgs {
             self.user_wait
         )
     }
-}
-
-fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRun]) {
-    println!("deadline load: {}", args.describe());
-    for line in placement.describe() {
-        println!("  {line}");
-    }
-    let header: Vec<String> = runs
-        .iter()
-        .map(|r| {
-            if r.deadlines {
-                "with".to_owned()
-            } else {
-                "without".to_owned()
-            }
-        })
-        .collect();
-    let row = |label: &str, cells: Vec<String>| {
-        let mut line = format!("{label:<30}");
-        for cell in cells {
-            line.push_str(&format!("{cell:>16}"));
-        }
-        println!("{}", line.trim_end());
-    };
-    row("deadlines", header);
-    row(
-        "requests (slow)",
-        runs.iter()
-            .map(|r| format!("{} ({})", r.requests, r.slow_requests))
-            .collect(),
-    );
-    row(
-        "answered in time",
-        runs.iter()
-            .map(|r| format!("{} {:.1} %", r.in_time, r.in_time_share * 100.0))
-            .collect(),
-    );
-    row(
-        "missed: slow / fast",
-        runs.iter()
-            .map(|r| format!("{} / {}", r.slow_missed, r.fast_missed))
-            .collect(),
-    );
-    row(
-        "user latency p50 / p99",
-        runs.iter()
-            .map(|r| format!("{} / {} ms", r.latency_p50_ms, r.latency_p99_ms))
-            .collect(),
-    );
-    row(
-        "calls between services",
-        runs.iter().map(|r| r.calls.to_string()).collect(),
-    );
-    row(
-        "worker time",
-        runs.iter()
-            .map(|r| format!("{:.1} s", r.worker_ms / 1_000.0))
-            .collect(),
-    );
-    row(
-        "  after users left",
-        runs.iter()
-            .map(|r| format!("{:.1} s", r.worker_ms_after_users_left / 1_000.0))
-            .collect(),
-    );
-    row(
-        "  wasted share",
-        runs.iter()
-            .map(|r| format!("{:.1} %", r.wasted_share * 100.0))
-            .collect(),
-    );
-    row(
-        "drain after last user",
-        runs.iter()
-            .map(|r| format!("{:.2} s", r.drain_ms / 1_000.0))
-            .collect(),
-    );
-    row(
-        "sent rate, worst lateness",
-        runs.iter()
-            .map(|r| {
-                format!(
-                    "{:.1}/s {:.1} ms",
-                    r.achieved_rate, r.worst_send_lateness_ms
-                )
-            })
-            .collect(),
-    );
-    row(
-        "send lateness p99",
-        runs.iter()
-            .map(|r| format!("{:.1} ms", r.send_lateness_p99_ms))
-            .collect(),
-    );
-    let names: Vec<String> = runs
-        .first()
-        .map(|r| r.services.iter().map(|s| s.name.clone()).collect())
-        .unwrap_or_default();
-    for (i, name) in names.iter().enumerate() {
-        row(
-            &format!("{name} CPU, peak RSS"),
-            runs.iter()
-                .map(|r| r.services.get(i).map_or("-".to_owned(), usage_cell))
-                .collect(),
-        );
-    }
-    for (i, name) in names.iter().enumerate() {
-        row(
-            &format!("{name} tasks/fds"),
-            runs.iter()
-                .map(|r| {
-                    r.hygiene
-                        .get(i)
-                        .map_or("-".to_owned(), ServiceHygiene::cell)
-                })
-                .collect(),
-        );
-    }
-    row(
-        "generator CPU",
-        runs.iter()
-            .map(|r| {
-                r.generator_cpu_ms
-                    .map_or("-".to_owned(), |ms| format!("{:.1} s", ms / 1_000.0))
-            })
-            .collect(),
-    );
-}
-
-/// `1.2 s, 25 MiB`: CPU time and peak memory, or `-` where unknown.
-fn usage_cell(usage: &ProcessUsage) -> String {
-    let cpu = usage
-        .cpu_ms
-        .map_or("-".to_owned(), |ms| format!("{:.1} s", ms / 1_000.0));
-    let rss = usage.peak_rss_kib.map_or("-".to_owned(), |kib| {
-        format!("{:.0} MiB", kib as f64 / 1_024.0)
-    });
-    format!("{cpu}, {rss}")
 }
