@@ -4,9 +4,9 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]    (default: 30 s, every target)
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh 0 trace_decode   (a number of executions instead of a time)
 #
-# Targets (fuzz/fuzz_targets/): budget_header, grpc_timeout, trace_decode, trace_roundtrip. Each
-# asserts its properties itself (a model of the documented rules, stable decoding, an allocation
-# bound), so any failed property is a crash. Runs on stable Rust without a sanitizer (`-s none`),
+# Targets (fuzz/fuzz_targets/): budget_header, grpc_timeout, trace_decode, trace_roundtrip,
+# other_dialects. Each asserts its properties itself (a model of the documented rules, stable
+# decoding, an allocation bound), so any failed property is a crash. Runs on stable Rust without a sanitizer (`-s none`),
 # one target at a time. Exits non-zero if any target crashed, timed out or ran out of memory; the
 # input that did it is in fuzz/artifacts/TARGET/.
 #
@@ -19,7 +19,7 @@ seconds="${1:-30}"
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-    targets=(budget_header grpc_timeout trace_decode trace_roundtrip)
+    targets=(budget_header grpc_timeout trace_decode trace_roundtrip other_dialects)
 fi
 case "$seconds" in
     '' | *[!0-9]*) echo "fuzz.sh: SECONDS_PER_TARGET must be a whole number, got '$seconds'" >&2; exit 2 ;;
@@ -36,7 +36,7 @@ fi
 # the 64-span cap.
 max_len() {
     case "$1" in
-        budget_header | grpc_timeout) echo 256 ;;
+        budget_header | grpc_timeout | other_dialects) echo 256 ;;
         trace_decode) echo 8192 ;;
         trace_roundtrip) echo 4096 ;;
         *) echo 4096 ;;
