@@ -24,6 +24,10 @@ fi
 case "$seconds" in
     '' | *[!0-9]*) echo "fuzz.sh: SECONDS_PER_TARGET must be a whole number, got '$seconds'" >&2; exit 2 ;;
 esac
+if [ "$seconds" -eq 0 ] && [ -z "${FUZZ_RUNS:-}" ]; then
+    echo "fuzz.sh: 0 seconds means forever to libFuzzer; give a time or set FUZZ_RUNS" >&2
+    exit 2
+fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing cargo-fuzz from crates.io"

@@ -120,6 +120,13 @@ cleanup() {
         if ip netns list | grep -qw "^$ns"; then
             # Anything still running in a namespace this script made was started by it.
             for pid in $(ip netns pids "$ns" 2>/dev/null); do kill "$pid" 2>/dev/null || true; done
+            # A service drains on SIGTERM (up to its --drain-timeout): give it 2 s, then kill what
+            # is left, so nothing outlives the namespace's name.
+            for _ in $(seq 20); do
+                [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break
+                sleep 0.1
+            done
+            for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
             # Deleting a namespace deletes the veth ends inside it (and so their peers).
             ip netns delete "$ns" || status=1
         fi

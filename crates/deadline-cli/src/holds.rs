@@ -203,15 +203,33 @@ impl HoldLog {
     /// as lost; returns the counts. `Err` if the writer did not answer in time.
     pub(crate) fn flush(&self, within: Duration) -> anyhow::Result<LogCounts> {
         let (ack, done) = sync_channel(1);
-        // A blocking send: at most a full queue ahead of it, being written.
-        if self.tx.send(Message::Flush(ack)).is_ok() {
-            done.recv_timeout(within).map_err(|_| {
-                anyhow::anyhow!(
-                    "the hold log {} was not written within {within:?}",
-                    self.path.display()
-                )
-            })?;
+        let late = || {
+            anyhow::anyhow!(
+                "the hold log {} was not written within {within:?}",
+                self.path.display()
+            )
+        };
+        // Never a blocking send: with a stalled disk the queue may stay full, and exit must not
+        // wait for it longer than `within`.
+        #[allow(clippy::disallowed_methods)] // a plain thread at exit, bounded by `within`
+        let until = std::time::Instant::now() + within;
+        let mut message = Message::Flush(ack);
+        loop {
+            match self.tx.try_send(message) {
+                Ok(()) => break,
+                Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Ok(self.counts()),
+                Err(std::sync::mpsc::TrySendError::Full(back)) => {
+                    #[allow(clippy::disallowed_methods)] // as above
+                    if std::time::Instant::now() >= until {
+                        return Err(late());
+                    }
+                    message = back;
+                    #[allow(clippy::disallowed_methods)] // as above: not on the runtime
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
         }
+        done.recv_timeout(within).map_err(|_| late())?;
         Ok(self.counts())
     }
 }

@@ -276,8 +276,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
 
     // Work the baseline keeps running after its caller left is still in flight: wait for it so
     // the log holds every hold, but not forever.
-    let drain_until = Instant::now() + Duration::from_secs(args.drain_timeout);
-    while in_flight.load(Ordering::Acquire) > 0 && Instant::now() < drain_until {
+    // A --drain-timeout too large for the clock means no limit, never a panic at exit.
+    let drain_until = Instant::now().checked_add(Duration::from_secs(args.drain_timeout));
+    while in_flight.load(Ordering::Acquire) > 0 && drain_until.is_none_or(|t| Instant::now() < t) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let left = in_flight.load(Ordering::Acquire);

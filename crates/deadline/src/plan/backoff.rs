@@ -149,7 +149,23 @@ pub fn decide_paced(
     draw: u32,
 ) -> PacedDecision {
     let delay = backoff.delay(sent.saturating_add(1), draw);
-    let after = now.checked_add(delay).unwrap_or(now);
+    let Some(after) = now.checked_add(delay) else {
+        // A delay past the end of the clock: with a deadline it can never be slept through.
+        return match (deadline, decide(policy, sent, deadline, now)) {
+            (Some(d), Decision::Send(_)) if policy.propagate() => {
+                PacedDecision::Stop(Stop::NotEnoughTimeAfterBackoff {
+                    attempt: sent.saturating_add(1),
+                    remaining: d.remaining(now),
+                    delay,
+                    needed: policy
+                        .share()
+                        .needed_for(policy.margin().saturating_add(policy.min_useful())),
+                })
+            }
+            (_, Decision::Stop(stop)) => PacedDecision::Stop(stop),
+            (_, Decision::Send(attempt)) => PacedDecision::Send(Delayed { delay, attempt }),
+        };
+    };
     match decide(policy, sent, deadline, after) {
         Decision::Send(attempt) => PacedDecision::Send(Delayed { delay, attempt }),
         Decision::Stop(Stop::NotEnoughTime {
