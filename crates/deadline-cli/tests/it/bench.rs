@@ -1,11 +1,10 @@
 //! A very short `deadline bench`: every variant answers, and the report has its shape; and the
 //! fixed client of the instruction count against a served variant.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::bin;
+use crate::util::{bin, ready_addr};
 
 #[test]
 fn short_bench_serves_every_variant_and_reports_ratios() {
@@ -114,15 +113,7 @@ fn the_fixed_client_sends_exactly_its_requests_and_the_server_stops_when_stdin_c
                 .spawn()
                 .expect("the binary starts"),
         );
-        let mut line = String::new();
-        BufReader::new(served.0.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("a ready line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-            .to_owned();
+        let (_, addr) = ready_addr(&mut served.0);
 
         let sent = bin()
             .args(["bench", "--target", &addr, "--requests", "200"])

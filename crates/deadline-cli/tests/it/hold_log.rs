@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::util::{Service, bin, get};
+use crate::util::{Service, bin, get, ready_addr};
 
 /// A scratch directory removed when dropped.
 struct Scratch(PathBuf);
@@ -215,15 +215,7 @@ impl Noisy {
                 sink.lock().unwrap().push(line);
             }
         });
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("a ready line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-            .to_owned();
+        let (_, addr) = ready_addr(&mut child);
         Noisy {
             child,
             addr,

@@ -17,6 +17,20 @@ pub(crate) struct Service {
     _stdout: BufReader<ChildStdout>,
 }
 
+/// Reads a just-started server's ready line (`listening on http://ADDR`) from its piped stdout:
+/// the rest of that stdout, and `ADDR`.
+pub(crate) fn ready_addr(child: &mut Child) -> (BufReader<ChildStdout>, String) {
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("a ready line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
+        .to_owned();
+    (stdout, addr)
+}
+
 impl Service {
     pub(crate) fn start(args: &[&str]) -> Service {
         let mut child = bin()
@@ -27,14 +41,7 @@ impl Service {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the binary starts");
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("a ready line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-            .to_owned();
+        let (stdout, addr) = ready_addr(&mut child);
         Service {
             child,
             addr,
