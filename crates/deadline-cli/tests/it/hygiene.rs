@@ -67,7 +67,7 @@ fn runtime_figures_count_connections_and_work_and_come_back() {
         "--name",
         "inventory",
         "--work",
-        "1000",
+        "3000",
         "--log",
         log.to_str().unwrap(),
     ]);
@@ -78,7 +78,8 @@ fn runtime_figures_count_connections_and_work_and_come_back() {
         "the probe's connection: {idle}"
     );
 
-    // Twenty connections, each with a request being worked on.
+    // Twenty connections, each with a request being worked on (3 s of work each, so all twenty
+    // are in flight together however slowly a busy machine accepts them).
     let mut open: Vec<TcpStream> = (0..20)
         .map(|i| {
             let mut s = TcpStream::connect(&svc.addr).unwrap();
@@ -87,8 +88,14 @@ fn runtime_figures_count_connections_and_work_and_come_back() {
             s
         })
         .collect();
-    pause(Duration::from_millis(300));
-    let busy = runtime(&svc.addr);
+    let until = now() + Duration::from_millis(2_500);
+    let busy = loop {
+        let busy = runtime(&svc.addr);
+        if n(&busy, "in_flight") >= 20 || now() > until {
+            break busy;
+        }
+        pause(Duration::from_millis(20));
+    };
     assert_eq!(n(&busy, "in_flight"), 20, "{busy}");
     assert!(
         n(&busy, "alive_tasks") >= n(&idle, "alive_tasks") + 20,
@@ -100,8 +107,13 @@ fn runtime_figures_count_connections_and_work_and_come_back() {
             "{idle} {busy}"
         );
     }
-    // Answered, then closed by the client: everything comes back.
-    pause(Duration::from_millis(1_000));
+    // Answered (each reply read), then closed by the client: everything comes back.
+    for s in &mut open {
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).expect("an answer");
+        assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
+    }
     for s in &mut open {
         let _ = s.shutdown(std::net::Shutdown::Both);
     }
@@ -109,7 +121,9 @@ fn runtime_figures_count_connections_and_work_and_come_back() {
     let until = now() + Duration::from_secs(5);
     let after = loop {
         let after = runtime(&svc.addr);
-        if (after["alive_tasks"] == idle["alive_tasks"] && after["open_fds"] == idle["open_fds"])
+        if (after["alive_tasks"] == idle["alive_tasks"]
+            && after["open_fds"] == idle["open_fds"]
+            && after["log"]["written"] == 20)
             || now() > until
         {
             break after;
