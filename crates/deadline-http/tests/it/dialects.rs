@@ -350,3 +350,132 @@ async fn a_clock_that_disagrees_beyond_the_maximum_skew_is_ignored_and_counted()
     assert_eq!(counter.ignored_absolute_deadlines(), 2);
     echo.stop().await;
 }
+
+/// A server that answers with the deadline headers it received, one `name: value` per line.
+async fn mirror() -> (
+    SocketAddr,
+    oneshot::Sender<()>,
+    JoinHandle<std::io::Result<()>>,
+) {
+    let handler = service_fn(|request: Request<Incoming>| async move {
+        let mut lines = String::new();
+        for (name, value) in request.headers() {
+            if name != "host" {
+                lines.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
+            }
+        }
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(lines))))
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, handler, async {
+        let _ = stopped.await;
+    }));
+    (addr, stop, task)
+}
+
+/// Every outbound dialect over a real connection, from one planned budget: each reads back as
+/// that budget, less at most its own truncation (a millisecond for the absolute one, read
+/// against this host's clock a moment later; the coarsest grpc-timeout unit at this size is the
+/// microsecond).
+#[tokio::test]
+async fn every_outbound_dialect_carries_the_same_budget() {
+    use deadline::dialect::{ConnectTimeoutMs, EnvoyExpectedTimeoutMs};
+    use deadline::header::{BudgetValue, GrpcTimeout, parse_budget};
+    use deadline::{Budget, CallPolicy, Deadline};
+    use deadline_http::propagate::{DeadlineClient, DialectSet};
+
+    let (addr, stop, task) = mirror().await;
+    for send in [
+        "grpc-timeout,connect-timeout-ms,x-envoy-upstream-rq-timeout-ms,x-request-deadline",
+        "x-request-deadline:us",
+    ] {
+        let dialects: DialectSet = send.parse().unwrap();
+        let policy = CallPolicy::new(Duration::from_secs(5), 1).unwrap();
+        let client = DeadlineClient::new(policy).dialects(dialects);
+        let now = tokio::time::Instant::now().into_std();
+        let deadline = Deadline::after_duration(now, Duration::from_millis(1_500));
+        let url = format!("http://{addr}/");
+        let response = deadline_http::with_deadline(deadline, client.get(url))
+            .await
+            .unwrap();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        let header = |name: &str| {
+            body.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+                .map(str::to_owned)
+        };
+        let wide = Budget::from_millis(u64::MAX).unwrap();
+        let budget = |value: BudgetValue| match value {
+            BudgetValue::Remaining(b) => b.as_millis(),
+            BudgetValue::Expired => 0,
+        };
+        let ours =
+            budget(parse_budget(header("deadline-budget-ms").unwrap().as_bytes(), wide).unwrap());
+        assert!(ours <= 1_450 && ours > 1_000, "{body}");
+        if send.starts_with("grpc") {
+            let grpc = budget(
+                GrpcTimeout { max: wide }
+                    .parse(header("grpc-timeout").unwrap().as_bytes())
+                    .unwrap(),
+            );
+            assert_eq!(grpc, ours, "{body}");
+            let connect = budget(
+                ConnectTimeoutMs { max: wide }
+                    .parse(header("connect-timeout-ms").unwrap().as_bytes())
+                    .unwrap(),
+            );
+            assert_eq!(connect, ours, "{body}");
+            let envoy = EnvoyExpectedTimeoutMs { max: wide }
+                .parse(header("x-envoy-upstream-rq-timeout-ms").unwrap().as_bytes())
+                .unwrap()
+                .map(budget);
+            assert_eq!(envoy, Some(ours), "{body}");
+        } else {
+            assert_eq!(header("grpc-timeout"), None, "{body}");
+        }
+        let at = WallInstant::parse(header("x-request-deadline").unwrap().as_bytes()).unwrap();
+        let left_ms = (at.unix_nanos() - wall_now().unix_nanos()) / 1_000_000;
+        assert!(
+            left_ms <= i128::from(ours) && left_ms + 300 >= i128::from(ours),
+            "absolute {left_ms} ms vs relative {ours} ms: {body}"
+        );
+    }
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
+
+/// A share caps the callee's budget at part of what is left: two calls in a row, each allowed
+/// half, and the second still gets time (paused clock, in process).
+#[tokio::test(start_paused = true)]
+async fn a_share_leaves_time_for_the_calls_after() {
+    use deadline::plan::Share;
+    use deadline::{BUDGET_HEADER, CallPolicy, Deadline};
+    use deadline_http::PropagateDeadlineLayer;
+    use tower::ServiceExt;
+
+    // A callee that uses all of its budget, then answers with it.
+    let callee = service_fn(|request: Request<()>| async move {
+        let budget: u64 = request.headers()[BUDGET_HEADER].to_str()?.parse()?;
+        tokio::time::sleep(Duration::from_millis(budget)).await;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Response::new(budget))
+    });
+    let policy = CallPolicy::builder()
+        .timeout(Duration::from_secs(10))
+        .share(Share::new(0.5).unwrap())
+        .build()
+        .unwrap();
+    let client = PropagateDeadlineLayer::new(policy).layer(callee);
+    let now = tokio::time::Instant::now().into_std();
+    let deadline = Deadline::after_duration(now, Duration::from_millis(1_000));
+    let budgets = deadline_http::with_deadline(deadline, async {
+        let first = client.clone().oneshot(Request::new(())).await.unwrap();
+        let second = client.clone().oneshot(Request::new(())).await.unwrap();
+        (*first.body(), *second.body())
+    })
+    .await;
+    // Half of 1,000 less the 50 ms margin; then half of the 550 left, less the margin.
+    assert_eq!(budgets, (450, 225));
+}
