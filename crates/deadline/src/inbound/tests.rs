@@ -239,8 +239,11 @@ fn spell(at: WallInstant, micros: bool) -> String {
     }
 }
 
+// The same two properties over 200,000 cases each are in `absolute::tests`, on the guard
+// itself; here they run through the header text and the whole read, whose header maps and
+// formatting cost about 30 µs a case in a debug build, so over fewer cases.
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200_000, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 25_000, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Through the headers, as the layer reads them: with this hop's clock off by no more than
     /// the assumed skew, the budget never runs past the caller's true deadline, whichever
