@@ -133,3 +133,51 @@ fn a_share_caps_the_downstream_budget() {
     let budget = budget_in(&reply.body, "backend");
     assert!((800..=950).contains(&budget), "{reply:?}");
 }
+
+/// An absolute deadline from a clock two minutes off, beside a relative budget: the service
+/// runs with the relative budget and says on stderr that it ignored the absolute one.
+#[test]
+fn a_broken_clock_is_logged_and_changes_nothing() {
+    use std::io::Read;
+    use std::process::Stdio;
+
+    use crate::util::ready_addr;
+
+    let mut child = bin()
+        .args([
+            "service",
+            "--name",
+            "inventory",
+            "--work",
+            "1500",
+            "--accept",
+            "deadline-budget-ms,x-request-deadline",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_stdout, addr) = ready_addr(&mut child);
+    // 2000-01-01: decades, not minutes, off; the relative 400 ms still rules.
+    let reply = get(
+        &addr,
+        b"X-Request-Deadline: 2000-01-01T00:00:00Z\r\nDeadline-Budget-Ms: 400\r\n",
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(reply.status, 504, "{reply:?}");
+    let budget = budget_in(&reply.body, "inventory");
+    assert_eq!(budget, 400, "{reply:?}");
+    assert!(
+        stderr.contains("X-Request-Deadline ignored") && stderr.contains("inventory"),
+        "{stderr}"
+    );
+}
