@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod dialect_args;
 mod harness;
 mod holds;
 mod hygiene;

@@ -26,6 +26,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt as _};
 
+use crate::dialect_args::DialectArgs;
 use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
 use crate::shutdown::{shutdown_signal, stdin_closed};
 use crate::slowness::is_slow;
@@ -108,6 +109,8 @@ pub(crate) struct ServiceArgs {
     /// the load command use it so their services never outlive them.
     #[arg(long)]
     pub exit_on_stdin_close: bool,
+    #[command(flatten)]
+    pub dialects: DialectArgs,
 }
 
 /// What the handler needs for every request of one service: its name, how long to work, the
@@ -137,6 +140,7 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     if Budget::from_millis(args.max_budget).is_none() {
         bail!("--max-budget must be at least 1 ms");
     }
+    args.dialects.validate(args.downstream.is_some())?;
     let Some(url) = &args.downstream else {
         return Ok(None);
     };
@@ -149,6 +153,7 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
         .margin(Duration::from_millis(args.margin))
         .min_useful(Duration::from_millis(args.min_useful))
         .propagate(!args.no_propagate)
+        .share(args.dialects.share.unwrap_or_default())
         .build()
         .context("invalid downstream call policy")?;
     Ok(Some(policy))
@@ -185,7 +190,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 .build(connector);
             Some((
                 base,
-                DeadlineClient::from_client(pool, policy).target(target),
+                DeadlineClient::from_client(pool, policy)
+                    .target(target)
+                    .dialects(args.dialects.send.clone().unwrap_or_default()),
             ))
         }
         _ => None,
@@ -202,7 +209,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
         .reserve(Duration::from_millis(args.reserve))
         .max_budget(Budget::from_millis(args.max_budget).unwrap_or(Budget::DEFAULT_MAX))
-        .enforce(!args.no_enforce);
+        .enforce(!args.no_enforce)
+        .accept(args.dialects.accept)
+        .skew_guard(args.dialects.guard());
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }

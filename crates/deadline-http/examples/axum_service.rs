@@ -10,6 +10,9 @@
 //! curl -i -H 'Deadline-Budget-Ms: 2000' http://127.0.0.1:PORT/sleep  # 200 after 1.5 s
 //! curl -i http://127.0.0.1:PORT/sleep                                # no budget: 200 after 1.5 s
 //! curl -i -H 'Deadline-Budget-Ms: 1.5' http://127.0.0.1:PORT/sleep   # 400 at once
+//! curl -H 'Deadline-Budget-Ms: 1000' http://127.0.0.1:PORT/answer     # fresh
+//! curl -H 'Deadline-Budget-Ms: 200' http://127.0.0.1:PORT/answer      # approximate
+//! curl -H 'Deadline-Budget-Ms: 40' http://127.0.0.1:PORT/answer       # cached
 //! ```
 //!
 //! Every answer carries a `deadline-trace` header, and every request's worker hold is printed
@@ -48,6 +51,32 @@ async fn spin() -> Result<String, DeadlineExceeded> {
     Ok(format!("spun {rounds} rounds\n"))
 }
 
+/// How `/answer` can answer, best first, with the time each needs.
+#[derive(Clone, Copy, Debug)]
+enum Strategy {
+    Fresh,
+    Approximate,
+    Cached,
+}
+
+const STRATEGIES: [(Duration, Strategy); 3] = [
+    (Duration::from_millis(500), Strategy::Fresh),
+    (Duration::from_millis(100), Strategy::Approximate),
+    (Duration::ZERO, Strategy::Cached),
+];
+
+/// Degrades by what is left: the best strategy that still fits before the deadline.
+async fn answer() -> String {
+    let strategy = *deadline_http::pick(&STRATEGIES).unwrap_or(&Strategy::Cached);
+    let cost = match strategy {
+        Strategy::Fresh => Duration::from_millis(450),
+        Strategy::Approximate => Duration::from_millis(80),
+        Strategy::Cached => Duration::ZERO,
+    };
+    tokio::time::sleep(cost).await;
+    format!("{strategy:?}\n")
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let enforce = EnforceDeadlineLayer::new("example")
@@ -56,6 +85,7 @@ async fn main() -> std::io::Result<()> {
     let app = Router::new()
         .route("/sleep", get(sleep))
         .route("/spin", get(spin))
+        .route("/answer", get(answer))
         // The last `layer` call is the outermost layer: queue time counts against the budget.
         .layer(enforce);
     let listener = TcpListener::bind("127.0.0.1:0").await?;

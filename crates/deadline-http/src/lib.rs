@@ -48,13 +48,15 @@
 //! ```
 //!
 //! Handlers read their deadline with [`current_deadline`], [`DeadlineContext::current`] or the
-//! axum extractor [`RequestDeadline`]; CPU-bound code calls [`check`]
+//! axum extractor [`RequestDeadline`], and choose a cheaper answer when little is left with
+//! [`pick`]; CPU-bound code calls [`check`]
 //! between slices of work; [`spawn()`] and [`run_blocking`] run work on other tasks or threads
 //! that still stops at the deadline; [`detach`] runs work that must not inherit it. [`serve()`]
 //! serves any of it over HTTP/1.1 with `TCP_NODELAY` and graceful shutdown.
 
 mod activity;
 pub mod context;
+pub mod degrade;
 pub mod enforce;
 pub mod error;
 #[cfg(feature = "axum")]
@@ -65,6 +67,7 @@ pub mod spawn;
 mod time;
 
 pub use context::{Activity, DeadlineContext, check, current_deadline, detach, with_deadline};
+pub use degrade::pick;
 pub use enforce::{
     EnforceBody, EnforceDeadline, EnforceDeadlineLayer, Hold, HoldMetrics, HoldOutcome,
     HoldSnapshot,

@@ -28,3 +28,11 @@ pub(crate) fn to_tokio(deadline: Deadline) -> Instant {
 pub(crate) fn sleep_until(deadline: Deadline) -> Sleep {
     tokio::time::sleep_until(to_tokio(deadline))
 }
+
+/// The wall clock, read once at a request's arrival for an absolute deadline (the one wall
+/// clock read a deadline decision makes; everything after it runs on the monotonic clock).
+pub(crate) fn wall_now() -> deadline::absolute::WallInstant {
+    #[allow(clippy::disallowed_methods)] // an absolute deadline is a wall-clock instant
+    let now = std::time::SystemTime::now();
+    deadline::absolute::WallInstant::from_system_time(now)
+}

@@ -339,6 +339,9 @@ impl SkewGuard {
     /// The budget of a request that carried the absolute `deadline` and perhaps a `relative`
     /// budget too: the tighter of the two, unless they disagree by more than the maximum skew,
     /// when the relative one alone counts (a broken clock must neither expire nor extend work).
+    ///
+    /// `relative` is expected clamped to the same `max`; the absolute deadline is clamped to it
+    /// before the two are compared, so budgets beyond the maximum never count as disagreeing.
     pub fn reconcile(
         &self,
         deadline: WallInstant,
@@ -358,8 +361,12 @@ impl SkewGuard {
             BudgetValue::Remaining(budget) => i128::from(budget.as_millis()) * 1_000_000,
         };
         // Compared before the skew is subtracted and before anything is clamped at zero, so a
-        // clock that is minutes ahead shows as minutes of disagreement, not as "expired".
-        let disagreement = deadline.nanos_since(wall_now) - relative_nanos;
+        // clock that is minutes ahead shows as minutes of disagreement, not as "expired". But
+        // clamped to `max` like the relative budget was: a caller with two hours left sends a
+        // relative budget the receiver reads as one (the maximum), and its absolute deadline
+        // two hours away agrees with that, not disagrees by an hour.
+        let max_nanos = i128::from(max.as_millis()) * 1_000_000;
+        let disagreement = deadline.nanos_since(wall_now).min(max_nanos) - relative_nanos;
         let max_skew = i128::try_from(self.max_skew.as_nanos()).unwrap_or(i128::MAX);
         if disagreement.abs() > max_skew {
             return Reconciled {

@@ -41,6 +41,9 @@ pub const ENVOY_EXPECTED_TIMEOUT_HEADER: HeaderName =
 pub const ENVOY_UPSTREAM_TIMEOUT_HEADER: HeaderName =
     HeaderName::from_static("x-envoy-upstream-rq-timeout-ms");
 
+/// The largest `connect-timeout-ms`: ten digits.
+const CONNECT_MAX_MS: u64 = 9_999_999_999;
+
 /// Parses whole milliseconds of at most `max_digits` digits, clamped to `max`; `zero` says what
 /// `0` means in this dialect.
 fn parse_ms(
@@ -217,9 +220,15 @@ impl Dialect {
     pub fn encode(self, budget: Budget, wall_now: WallInstant) -> Option<HeaderValue> {
         let ms = || budget.to_header_value();
         let text = match self {
-            Dialect::DeadlineBudgetMs
-            | Dialect::ConnectTimeoutMs
-            | Dialect::EnvoyUpstreamTimeoutMs => return Some(ms()),
+            Dialect::DeadlineBudgetMs | Dialect::EnvoyUpstreamTimeoutMs => return Some(ms()),
+            // Connect allows at most 10 digits: a longer budget is written as the largest.
+            Dialect::ConnectTimeoutMs => {
+                return Some(
+                    Budget::from_millis(budget.as_millis().min(CONNECT_MAX_MS))
+                        .unwrap_or(budget)
+                        .to_header_value(),
+                );
+            }
             Dialect::GrpcTimeout => return Some(grpc_timeout(budget)),
             Dialect::RequestDeadline(AbsoluteFormat::Rfc3339Millis) => {
                 wall_now.after(budget.as_duration()).to_rfc3339_millis()?

@@ -38,6 +38,12 @@ use crate::header::{BudgetValue, MalformedBudget};
 /// `Deadline-Expires-At`: a suggested message header (or field name) for the expiry text.
 pub const EXPIRES_AT_HEADER: HeaderName = HeaderName::from_static("deadline-expires-at");
 
+/// No clamp: the largest budget there is.
+const UNCLAMPED: Budget = match Budget::from_millis(u64::MAX) {
+    Some(budget) => budget,
+    None => Budget::ONE_MS,
+};
+
 /// When a message stops being worth working on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MessageExpiry {
@@ -86,8 +92,12 @@ impl MessageExpiry {
     }
 
     /// Whether the message is still worth working on at `wall_now`.
+    ///
+    /// The budget of a live message is not clamped to a request's maximum (an hour by
+    /// default): a message can wait on a queue for a day, and its consumer is told all of the
+    /// time it really has left.
     pub fn check(&self, wall_now: WallInstant, guard: &SkewGuard) -> Freshness {
-        match guard.remaining(self.at, wall_now, Budget::DEFAULT_MAX) {
+        match guard.remaining(self.at, wall_now, UNCLAMPED) {
             BudgetValue::Remaining(budget) => Freshness::Live(budget),
             BudgetValue::Expired => {
                 let skew = i128::try_from(guard.assumed_skew().as_nanos()).unwrap_or(i128::MAX);
@@ -130,6 +140,18 @@ mod tests {
             Freshness::Expired { by: ms(250) }
         );
         assert_eq!(expiry.instant(), made.after(ms(1_000)));
+    }
+
+    /// A message queued for a day is told it has a day, not the hour a request may have.
+    #[test]
+    fn a_long_lived_message_is_not_clamped_to_a_request_maximum() {
+        let made = WallInstant::from_unix_nanos(1_768_473_045_000_000_000);
+        let day = ms(86_400_000);
+        let expiry = MessageExpiry::after(made, day);
+        assert_eq!(
+            expiry.check(made, &SkewGuard::DEFAULT),
+            Freshness::Live(Budget::from_millis(86_400_000 - 50).unwrap())
+        );
     }
 
     #[test]

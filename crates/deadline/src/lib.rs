@@ -13,6 +13,7 @@
 //! - [`budget`]: budgets and deadlines; [`header`]: the `Deadline-Budget-Ms` codec;
 //!   [`dialect`]: the other headers a budget travels in (`grpc-timeout`, Connect's, Envoy's);
 //!   [`absolute`]: absolute deadlines on the wall clock, with their skew guard;
+//! - [`inbound`]: the set of headers a service reads a budget from, and the budget they give;
 //! - [`plan`]: the call planner, with backoff, share caps and retry budgets;
 //! - [`admission`]: refusing at arrival what a queue could not finish;
 //! - [`trace`]: the `Deadline-Trace` codec;
@@ -61,6 +62,7 @@ pub mod dialect;
 pub mod expiry;
 pub mod grpc;
 pub mod header;
+pub mod inbound;
 pub mod plan;
 pub mod trace;
 

@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod dialects;
 mod hold_log;
 mod hygiene;
 mod load;

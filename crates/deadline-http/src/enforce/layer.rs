@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadline::Budget;
+use deadline::absolute::SkewGuard;
+use deadline::inbound::{Source, SourceSet};
 use deadline::trace::{MAX_NAME_LEN, sanitize_name};
 use tokio::sync::Semaphore;
 use tower_layer::Layer;
@@ -62,6 +64,7 @@ impl EnforceDeadlineLayer {
                 #[cfg(feature = "baseline")]
                 enforce: true,
                 grpc_timeout: false,
+                sources: super::sources::Sources::default(),
                 on_hold: None,
                 metrics: HoldMetrics::default(),
             },
@@ -97,7 +100,46 @@ impl EnforceDeadlineLayer {
     /// budget wins, and a malformed value in either is answered 400. Default `false`.
     pub fn grpc_timeout(mut self, read: bool) -> Self {
         self.settings.grpc_timeout = read;
+        let set = self.settings.sources.set;
+        self.settings.sources.set = if read {
+            set.with(Source::GrpcTimeout)
+        } else {
+            set.without(Source::GrpcTimeout)
+        };
         self
+    }
+
+    /// The headers a budget is read from (default: `Deadline-Budget-Ms` alone); replaces the
+    /// whole set, [`grpc_timeout`](Self::grpc_timeout) included. Every enabled source is read,
+    /// the tightest valid budget wins, and a malformed value in any of them is answered 400;
+    /// a source not in the set is not read at all. An empty set runs every request without a
+    /// deadline. See [`sources`](super::sources) for the absolute `X-Request-Deadline`.
+    ///
+    /// ```
+    /// use deadline::inbound::SourceSet;
+    /// use deadline_http::EnforceDeadlineLayer;
+    ///
+    /// let accept: SourceSet = "deadline-budget-ms,connect-timeout-ms".parse().unwrap();
+    /// let layer = EnforceDeadlineLayer::new("inventory").accept(accept);
+    /// # let _ = layer;
+    /// ```
+    pub fn accept(mut self, sources: SourceSet) -> Self {
+        self.settings.grpc_timeout = sources.contains(Source::GrpcTimeout);
+        self.settings.sources.set = sources;
+        self
+    }
+
+    /// How far an absolute deadline's clock is trusted (default: 50 ms assumed skew kept back
+    /// from every absolute deadline, clocks 60 s apart counted as broken).
+    pub fn skew_guard(mut self, guard: SkewGuard) -> Self {
+        self.settings.sources.guard = guard;
+        self
+    }
+
+    /// Absolute deadlines ignored so far because they disagreed with a relative budget by
+    /// more than the maximum skew (shared by every clone of this layer and its services).
+    pub fn ignored_absolute_deadlines(&self) -> u64 {
+        self.settings.sources.ignored()
     }
 
     /// Calls `hook` with every request's [`Hold`] report, once, when the request is over for

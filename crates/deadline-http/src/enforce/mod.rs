@@ -3,8 +3,8 @@
 //! [`EnforceDeadlineLayer`] wraps a service (an axum `Router`, a `service_fn`, any tower
 //! service over `http` types). For every request it:
 //!
-//! 1. notes the arrival on tokio's monotonic clock and reads `Deadline-Budget-Ms` (and, if asked,
-//!    `grpc-timeout`; the tightest wins). A malformed value is answered **400** at once, naming
+//! 1. notes the arrival on tokio's monotonic clock and reads `Deadline-Budget-Ms` (and the other
+//!    dialects it [accepts](EnforceDeadlineLayer::accept); the tightest wins; see [`sources`]). A malformed value is answered **400** at once, naming
 //!    the header and the (escaped) value; a budget already spent (`0`, `-20`) **504** at once;
 //!    no header means no deadline at all. The inner service never sees a rejected request.
 //! 2. sets the deadline at arrival + budget and the *cutoff* at the deadline less the reply
@@ -132,13 +132,14 @@ pub mod future;
 mod hold;
 mod hop_trace;
 mod layer;
+pub mod sources;
 
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use deadline::header::{BudgetValue, DeadlineBudgetMs, GrpcTimeout, read_budget, read_tightest};
+use deadline::header::BudgetValue;
 use deadline::{Budget, Deadline};
 use http::{HeaderName, Request, Response, StatusCode};
 use tokio::sync::Semaphore;
@@ -174,6 +175,7 @@ pub(crate) struct HopSettings {
     #[cfg(feature = "baseline")]
     enforce: bool,
     grpc_timeout: bool,
+    sources: sources::Sources,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
 }
@@ -194,6 +196,7 @@ impl fmt::Debug for HopSettings {
         debug.field("enforce", &self.enforce);
         debug
             .field("grpc_timeout", &self.grpc_timeout)
+            .field("sources", &self.sources)
             .field("on_hold", &self.on_hold.is_some())
             .finish()
     }
@@ -227,6 +230,12 @@ impl<S> EnforceDeadline<S> {
     pub fn metrics(&self) -> HoldMetrics {
         self.settings.metrics.clone()
     }
+
+    /// Absolute deadlines ignored because they disagreed with a relative budget by more than
+    /// the maximum skew (shared with the layer that made it).
+    pub fn ignored_absolute_deadlines(&self) -> u64 {
+        self.settings.sources.ignored()
+    }
 }
 
 impl<S, ReqB, ResB> Service<Request<ReqB>> for EnforceDeadline<S>
@@ -258,17 +267,12 @@ where
             return baseline::call(inner, settings, request, recorder, arrival);
         }
 
-        let budget = if settings.grpc_timeout {
-            let ours = DeadlineBudgetMs {
-                max: settings.max_budget,
-            };
-            let grpc = GrpcTimeout {
-                max: settings.max_budget,
-            };
-            read_tightest(&[&ours, &grpc], request.headers())
-        } else {
-            read_budget(request.headers(), settings.max_budget)
-        };
+        let budget = settings.sources.read(
+            &settings.name,
+            request.headers(),
+            settings.max_budget,
+            settings.grpc_timeout,
+        );
         let reject = |recorder, status, message| {
             let reply = Reply {
                 cutoff: None,

@@ -4,6 +4,7 @@ use deadline::{BUDGET_HEADER, Budget, Deadline, Decision, Plan, Stop};
 use http::{Method, Request};
 use tokio::time::Instant;
 
+use super::dialects::DialectSet;
 use super::{IDEMPOTENCY_KEY, UNNAMED_TARGET};
 
 /// The call's original request and what each attempt may do with it: copied for every attempt
@@ -15,6 +16,8 @@ pub(super) struct AttemptRequests<B> {
     allowed: u32,
     /// A deadline set on the request itself, carried by every attempt.
     explicit: Option<Deadline>,
+    /// The headers besides `Deadline-Budget-Ms` each attempt tells its budget in.
+    dialects: DialectSet,
 }
 
 impl<B: Clone> AttemptRequests<B> {
@@ -26,7 +29,14 @@ impl<B: Clone> AttemptRequests<B> {
             original: Some(request),
             allowed,
             explicit,
+            dialects: DialectSet::none(),
         }
+    }
+
+    /// Every attempt also writes its budget in `dialects`.
+    pub(super) fn dialects(mut self, dialects: DialectSet) -> Self {
+        self.dialects = dialects;
+        self
     }
 
     /// The planner's decision at `now`, or a stop once every allowed attempt was sent (a
@@ -61,12 +71,15 @@ impl<B: Clone> AttemptRequests<B> {
     /// `None` once the original is gone, which [`plan`](Self::plan) already rules out.
     pub(super) fn next(&mut self, sent: u32, budget: Option<Budget>) -> Option<Request<B>> {
         let original = self.original.take()?;
-        if self.is_last(sent) {
-            return Some(into_attempt(original, budget, self.explicit));
-        }
-        let copy = rebuild(&original, budget, self.explicit);
-        self.original = Some(original);
-        Some(copy)
+        let mut attempt = if self.is_last(sent) {
+            into_attempt(original, budget, self.explicit)
+        } else {
+            let copy = rebuild(&original, budget, self.explicit);
+            self.original = Some(original);
+            copy
+        };
+        self.dialects.write(attempt.headers_mut(), budget);
+        Some(attempt)
     }
 }
 

@@ -26,6 +26,7 @@ pub(super) struct Call<S, B> {
     /// The configured target; the URI's authority is only looked up when a name is needed.
     pub(super) target: Option<Target>,
     pub(super) context: Option<DeadlineContext>,
+    pub(super) dialects: super::dialects::DialectSet,
 }
 
 /// How the last attempt that did not succeed ended.
@@ -57,12 +58,14 @@ where
             deadline,
             target,
             context,
+            dialects,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
         // into its last attempt): without either, only an error message would ever read it.
         let (mut target, mut record) = start_record(target, context, &request);
-        let mut requests = AttemptRequests::new(request, policy.attempts(), explicit);
+        let mut requests =
+            AttemptRequests::new(request, policy.attempts(), explicit).dialects(dialects);
         let mut plan = Plan::new(policy);
         let mut last: Option<Failure<RB>> = None;
         loop {

@@ -70,6 +70,15 @@ impl DeadlineClient {
         }
     }
 
+    /// Also tells every callee its budget in these headers (see
+    /// [`dialects`](super::dialects)); the default is `Deadline-Budget-Ms` alone.
+    #[must_use = "this returns the client with the dialects set; the original is unchanged"]
+    pub fn dialects(self, dialects: super::DialectSet) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.dialects(dialects),
+        }
+    }
+
     /// The call policy.
     pub fn policy(&self) -> &CallPolicy {
         self.service.policy()

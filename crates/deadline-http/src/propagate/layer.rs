@@ -1,7 +1,7 @@
 use deadline::CallPolicy;
 use tower_layer::Layer;
 
-use super::{PropagateDeadline, Target};
+use super::{DialectSet, PropagateDeadline, Target};
 
 /// Wraps a client service in [`PropagateDeadline`]: every call carries what is left of the
 /// current deadline, is retried by the call planner, and is recorded in the hop's trace.
@@ -10,6 +10,7 @@ use super::{PropagateDeadline, Target};
 pub struct PropagateDeadlineLayer {
     policy: CallPolicy,
     target: Option<Target>,
+    dialects: DialectSet,
 }
 
 impl PropagateDeadlineLayer {
@@ -18,7 +19,27 @@ impl PropagateDeadlineLayer {
         PropagateDeadlineLayer {
             policy,
             target: None,
+            dialects: DialectSet::none(),
         }
+    }
+
+    /// Also tells every callee its budget in these headers, each written from the one budget
+    /// the planner chose for the attempt (see [`dialects`](super::dialects)); the default is
+    /// `Deadline-Budget-Ms` alone.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use deadline::CallPolicy;
+    /// use deadline_http::propagate::{DialectSet, PropagateDeadlineLayer};
+    ///
+    /// let policy = CallPolicy::new(Duration::from_secs(1), 2).unwrap();
+    /// let envoy: DialectSet = "x-envoy-upstream-rq-timeout-ms,grpc-timeout".parse().unwrap();
+    /// let layer = PropagateDeadlineLayer::new(policy).dialects(envoy);
+    /// # let _ = layer;
+    /// ```
+    pub fn dialects(mut self, dialects: DialectSet) -> PropagateDeadlineLayer {
+        self.dialects = dialects;
+        self
     }
 
     /// Names the downstream in the call's span (`call:<name>`) and in the hop's activity
@@ -37,6 +58,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             inner,
             policy: self.policy,
             target: self.target.clone(),
+            dialects: self.dialects.clone(),
         }
     }
 }

@@ -159,6 +159,7 @@
 mod attempt;
 mod call;
 mod client;
+pub mod dialects;
 pub mod future;
 mod layer;
 mod record;
@@ -173,6 +174,7 @@ use tower_service::Service;
 
 use self::call::Call;
 pub use self::client::DeadlineClient;
+pub use self::dialects::DialectSet;
 pub use self::future::ResponseFuture;
 pub use self::layer::PropagateDeadlineLayer;
 use crate::context::DeadlineContext;
@@ -195,6 +197,7 @@ pub struct PropagateDeadline<S> {
     inner: S,
     policy: CallPolicy,
     target: Option<Target>,
+    dialects: DialectSet,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -221,7 +224,16 @@ impl<S> PropagateDeadline<S> {
             inner,
             policy,
             target: None,
+            dialects: DialectSet::none(),
         }
+    }
+
+    /// Also tells every callee its budget in these headers (see [`dialects`]); the default is
+    /// `Deadline-Budget-Ms` alone.
+    #[must_use = "this returns the service with the dialects set; the original is unchanged"]
+    pub fn dialects(mut self, dialects: DialectSet) -> PropagateDeadline<S> {
+        self.dialects = dialects;
+        self
     }
 
     /// A [`PropagateDeadlineLayer`] making calls under `policy`.
@@ -310,6 +322,7 @@ impl<S> PropagateDeadline<S> {
             deadline,
             target: self.target.clone(),
             context,
+            dialects: self.dialects.clone(),
         };
         ResponseFuture::new(call.run())
     }

@@ -1,5 +1,6 @@
 //! Integration tests of the layers: middleware on paused time, HTTP in memory, real loopback.
 
+mod dialects;
 mod enforce;
 mod http_memory;
 mod loopback_client;

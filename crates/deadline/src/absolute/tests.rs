@@ -219,6 +219,16 @@ fn reconcile_takes_the_tighter_unless_the_clocks_disagree() {
             .value,
         remaining(5_000)
     );
+    // Budgets beyond the maximum are clamped on both sides before they are compared: two
+    // hours either way agree (the relative one read as the one-hour maximum).
+    let two_hours = at_ms(EXAMPLE_MS + 7_200_000);
+    assert_eq!(
+        guard.reconcile(two_hours, now, Some(Remaining(MAX)), MAX),
+        Reconciled {
+            value: Remaining(MAX),
+            absolute: AbsoluteUse::Used
+        }
+    );
     // An expired relative budget is never revived by an absolute one.
     assert_eq!(
         guard.reconcile(five_s, now, Some(Expired), MAX).value,
@@ -271,16 +281,23 @@ proptest! {
         let read_now = at_ms(true_now_ms + error_ms);
         let reconciled = guard.reconcile(true_deadline, read_now, Some(relative), MAX);
         prop_assert_eq!(reconciled.value.min(relative), reconciled.value, "never looser than the relative budget");
+        let ignored = matches!(reconciled.absolute, AbsoluteUse::Ignored { .. });
         if error_ms.unsigned_abs() > u128::from(max_skew_ms) + 1 {
-            if left_ms <= i128::from(MAX.as_millis()) {
+            let max_ms = i128::from(MAX.as_millis());
+            if left_ms <= max_ms && left_ms - error_ms <= max_ms {
+                // Inside the maximum budget both readings are exact: the disagreement is the
+                // clock's error, and the absolute deadline is ignored.
                 prop_assert_eq!(reconciled.value, relative);
-                let ignored = matches!(reconciled.absolute, AbsoluteUse::Ignored { .. });
                 prop_assert!(ignored);
-            } else {
-                // Beyond the maximum budget the relative value is clamped and may agree with
-                // the absolute one again; the request still has (nearly) the maximum.
+            } else if relative != Expired {
+                // Beyond the maximum both are clamped to it and may agree again; the request
+                // still has (nearly) the maximum, never nothing.
                 prop_assert_ne!(reconciled.value, Expired);
             }
+        }
+        // A clock within the maximum skew is never counted as broken.
+        if error_ms.unsigned_abs() < u128::from(max_skew_ms) {
+            prop_assert!(!ignored, "a skew within the maximum is not a broken clock");
         }
     }
 

@@ -185,9 +185,12 @@ proptest! {
         };
         prop_assert_eq!(read(Dialect::DeadlineBudgetMs), exact);
         prop_assert_eq!(read(Dialect::EnvoyUpstreamTimeoutMs), exact);
-        if budget_ms <= 9_999_999_999 {
-            prop_assert_eq!(read(Dialect::ConnectTimeoutMs), exact);
-        }
+        // Connect's ten digits cap the budget; within them it is exact.
+        prop_assert_eq!(read(Dialect::ConnectTimeoutMs), ms(budget_ms.min(9_999_999_999)));
+        prop_assert!(
+            ConnectTimeoutMs { max: wide }.parse(Dialect::ConnectTimeoutMs.encode(budget, now).unwrap().as_bytes()).is_ok(),
+            "what is written, Connect reads"
+        );
         let grpc = read(Dialect::GrpcTimeout);
         prop_assert!(grpc.min(exact) == grpc, "grpc-timeout never exceeds the budget");
         if let Remaining(got) = grpc {

@@ -290,3 +290,51 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Calls made one after another under a share: each waits at most its share of what is
+    /// left, so however long each takes, the calls after it still find at least the rest; and
+    /// every attempt keeps the planner's invariants (never past the deadline, the answer fits
+    /// the wait, the budget at least the minimum).
+    #[test]
+    fn serial_calls_under_a_share_leave_time_for_the_ones_after(
+        policy in policies(),
+        deadline_us in 0u64..=20_000_000,
+        uses in proptest::collection::vec(0u32..=1_000, 6),
+    ) {
+        let t0 = origin();
+        let deadline = Deadline::after_duration(t0, Duration::from_micros(deadline_us));
+        let mut now = t0;
+        for used in uses {
+            let remaining = deadline.remaining(now);
+            match decide(&policy, 0, Some(deadline), now) {
+                Decision::Send(attempt) if policy.propagate() => {
+                    let share = policy.share().of(remaining);
+                    prop_assert!(attempt.wait <= share, "the share caps the call");
+                    prop_assert!(now + attempt.wait <= deadline.instant());
+                    let budget = attempt.budget.expect("propagated").as_duration();
+                    prop_assert!(budget + policy.margin() <= attempt.wait);
+                    prop_assert!(budget >= policy.min_useful());
+                    now += attempt.wait.mul_f64(f64::from(used) / 1_000.0);
+                    // What the next call finds: at least the part this one could not take.
+                    prop_assert!(deadline.remaining(now) >= remaining - share);
+                }
+                Decision::Send(attempt) => {
+                    prop_assert_eq!(attempt.budget, None);
+                    break;
+                }
+                Decision::Stop(Stop::NotEnoughTime { .. }) => {
+                    // Refused only when the share of what is left (capped by the timeout) could
+                    // not hold the margin and a whole-ms budget of at least the minimum.
+                    let room = policy.timeout().min(policy.share().of(remaining)).saturating_sub(policy.margin());
+                    let budget = Budget::from_duration(room).map_or(Duration::ZERO, Budget::as_duration);
+                    prop_assert!(budget < policy.min_useful());
+                    break;
+                }
+                Decision::Stop(other) => prop_assert!(false, "unexpected stop {:?}", other),
+            }
+        }
+    }
+}
