@@ -132,6 +132,7 @@ pub mod future;
 mod hold;
 mod hop_trace;
 mod layer;
+mod phase;
 
 use std::fmt;
 use std::sync::Arc;
@@ -149,6 +150,7 @@ use tower_service::Service;
 pub use body::EnforceBody;
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
+pub use phase::Phase;
 
 use crate::context::DeadlineContext;
 use crate::time;
@@ -176,6 +178,7 @@ pub(crate) struct HopSettings {
     grpc_timeout: bool,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
+    prometheus: crate::metrics_hook::HopHook,
 }
 
 impl fmt::Debug for HopSettings {

@@ -26,6 +26,8 @@ pub(super) struct Call<S, B> {
     /// The configured target; the URI's authority is only looked up when a name is needed.
     pub(super) target: Option<Target>,
     pub(super) context: Option<DeadlineContext>,
+    /// Counts the attempts and skips, and times the call (until it returns or is dropped).
+    pub(super) metrics: crate::metrics_hook::CallHook,
 }
 
 /// How the last attempt that did not succeed ended.
@@ -57,6 +59,7 @@ where
             deadline,
             target,
             context,
+            metrics,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
@@ -70,6 +73,7 @@ where
             let attempt = match requests.plan(&mut plan, deadline, now) {
                 Decision::Send(attempt) => attempt,
                 Decision::Stop(stop) => {
+                    metrics.stopped(&stop);
                     let target = || match (&target, requests.original()) {
                         (Some(target), _) => String::from(&**target),
                         (None, Some(request)) => authority_name(request).to_owned(),
@@ -92,6 +96,7 @@ where
             let Some(attempt_request) = requests.next(plan.sent(), attempt.budget) else {
                 continue;
             };
+            metrics.attempt(plan.sent());
             let _calling = record.as_mut().map(|record| record.begin(now));
             let outcome = tokio::time::timeout_at(now + attempt.wait, async {
                 let ready = inner.ready().await.map_err(Into::into)?;

@@ -10,6 +10,7 @@ use super::{PropagateDeadline, Target};
 pub struct PropagateDeadlineLayer {
     policy: CallPolicy,
     target: Option<Target>,
+    metrics: crate::metrics_hook::ClientHook,
 }
 
 impl PropagateDeadlineLayer {
@@ -18,13 +19,25 @@ impl PropagateDeadlineLayer {
         PropagateDeadlineLayer {
             policy,
             target: None,
+            metrics: Default::default(),
         }
     }
 
     /// Names the downstream in the call's span (`call:<name>`) and in the hop's activity
     /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
     pub fn target(mut self, name: impl Into<String>) -> PropagateDeadlineLayer {
-        self.target = Some(Target::new(&name.into()));
+        let name = name.into();
+        self.metrics.retarget(&name);
+        self.target = Some(Target::new(&name));
+        self
+    }
+
+    /// Records every call's attempts, skips and duration in `metrics`' Prometheus series
+    /// (feature `metrics`; see [`crate::metrics`]).
+    #[cfg(feature = "metrics")]
+    pub fn record_metrics(mut self, metrics: &crate::metrics::ServiceMetrics) -> Self {
+        let target = self.target.as_ref().map(|t| &*t.name);
+        self.metrics = crate::metrics_hook::ClientHook::new(metrics, target);
         self
     }
 }
@@ -37,6 +50,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             inner,
             policy: self.policy,
             target: self.target.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }

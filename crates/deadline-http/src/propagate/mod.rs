@@ -195,6 +195,7 @@ pub struct PropagateDeadline<S> {
     inner: S,
     policy: CallPolicy,
     target: Option<Target>,
+    metrics: crate::metrics_hook::ClientHook,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -221,6 +222,7 @@ impl<S> PropagateDeadline<S> {
             inner,
             policy,
             target: None,
+            metrics: Default::default(),
         }
     }
 
@@ -233,7 +235,19 @@ impl<S> PropagateDeadline<S> {
     /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
     #[must_use = "this returns the service with the target set; the original is unchanged"]
     pub fn target(mut self, name: impl Into<String>) -> PropagateDeadline<S> {
-        self.target = Some(Target::new(&name.into()));
+        let name = name.into();
+        self.metrics.retarget(&name);
+        self.target = Some(Target::new(&name));
+        self
+    }
+
+    /// Records every call's attempts, skips and duration in `metrics`' Prometheus series
+    /// (feature `metrics`; see [`crate::metrics`]).
+    #[cfg(feature = "metrics")]
+    #[must_use = "this returns the service with metrics set; the original is unchanged"]
+    pub fn record_metrics(mut self, metrics: &crate::metrics::ServiceMetrics) -> Self {
+        let target = self.target.as_ref().map(|t| &*t.name);
+        self.metrics = crate::metrics_hook::ClientHook::new(metrics, target);
         self
     }
 
@@ -302,6 +316,7 @@ impl<S> PropagateDeadline<S> {
             (Some(explicit), Some(served)) => Some(explicit.min(served)),
             (explicit, served) => explicit.or(served),
         };
+        let metrics = self.metrics.call(&request);
         let call = Call {
             inner: self.inner.clone(),
             policy: self.policy,
@@ -310,6 +325,7 @@ impl<S> PropagateDeadline<S> {
             deadline,
             target: self.target.clone(),
             context,
+            metrics,
         };
         ResponseFuture::new(call.run())
     }
