@@ -6,6 +6,7 @@ mod demo;
 mod hold_log;
 mod hygiene;
 mod load;
+mod metrics;
 mod placement;
 mod service;
 mod trace;
