@@ -68,7 +68,10 @@ async fn main() -> std::io::Result<()> {
     // The scrape route sits beside the work, outside the enforce layer: a scrape never waits
     // for a worker slot and is not counted as a request.
     let app = Router::new()
-        .route("/metrics", deadline_http::metrics::route(Arc::new(registry)))
+        .route(
+            "/metrics",
+            deadline_http::metrics::route(Arc::new(registry)),
+        )
         .merge(work);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     println!("listening on http://{}", listener.local_addr()?);
