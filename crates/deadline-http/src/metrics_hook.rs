@@ -87,8 +87,13 @@ mod on {
             self.attempt_of(AttemptKind::nth(sent));
         }
 
-        /// An attempt of `kind` went out.
-        pub(crate) fn attempt_of(&self, kind: AttemptKind) {
+        /// A hedge (an attempt sent while an earlier one is still in flight) went out.
+        #[allow(dead_code)] // For the hedging call loop.
+        pub(crate) fn hedge(&self) {
+            self.attempt_of(AttemptKind::Hedge);
+        }
+
+        fn attempt_of(&self, kind: AttemptKind) {
             if let Some(call) = &self.0 {
                 call.attempt(kind);
             }
@@ -96,14 +101,24 @@ mod on {
 
         /// The planner stopped the call with `stop`: counts a skipped attempt if it skipped one.
         pub(crate) fn stopped(&self, stop: &Stop) {
-            if let (Some(call), Some(reason)) = (&self.0, SkipReason::of_stop(stop)) {
-                call.skipped(reason);
+            if let Some(reason) = SkipReason::of_stop(stop) {
+                self.skipped(reason);
             }
         }
 
-        /// An attempt was not sent, for `reason`.
-        #[allow(dead_code)] // For reasons other than the planner's (retry budgets, pushback).
-        pub(crate) fn skipped(&self, reason: SkipReason) {
+        /// An attempt was not sent: a retry budget shared across calls was spent.
+        #[allow(dead_code)] // For the retry budget.
+        pub(crate) fn throttled(&self) {
+            self.skipped(SkipReason::Throttled);
+        }
+
+        /// An attempt was not sent: the downstream asked not to be retried.
+        #[allow(dead_code)] // For pushback.
+        pub(crate) fn pushback(&self) {
+            self.skipped(SkipReason::Pushback);
+        }
+
+        fn skipped(&self, reason: SkipReason) {
             if let Some(call) = &self.0 {
                 call.skipped(reason);
             }
@@ -152,5 +167,17 @@ mod off {
 
         #[inline]
         pub(crate) fn stopped(&self, _stop: &Stop) {}
+
+        #[inline]
+        #[allow(dead_code)]
+        pub(crate) fn hedge(&self) {}
+
+        #[inline]
+        #[allow(dead_code)]
+        pub(crate) fn throttled(&self) {}
+
+        #[inline]
+        #[allow(dead_code)]
+        pub(crate) fn pushback(&self) {}
     }
 }
