@@ -15,6 +15,7 @@ use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
 use deadline_http::enforce::{EnforceDeadlineLayer, Hold, REQUEST_ID_HEADER};
+use deadline_http::metrics::DeadlineMetrics;
 use deadline_http::propagate::DeadlineClient;
 use deadline_http::serve::ServeOptions;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
@@ -175,6 +176,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .transpose()?
         .map(Arc::new);
     let in_flight = Arc::new(AtomicUsize::new(0));
+    let mut registry = deadline_http::metrics::Registry::default();
+    let metrics = DeadlineMetrics::register(&mut registry).service(args.name.clone());
+    let registry = Arc::new(registry);
     let downstream = match (&args.downstream, policy) {
         (Some(url), Some(policy)) => {
             let target = args
@@ -192,7 +196,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 base,
                 DeadlineClient::from_client(pool, policy)
                     .target(target)
-                    .dialects(args.dialects.send.clone().unwrap_or_default()),
+                    .dialects(args.dialects.send.clone().unwrap_or_default())
+                    .record_metrics(&metrics),
             ))
         }
         _ => None,
@@ -211,7 +216,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .max_budget(Budget::from_millis(args.max_budget).unwrap_or(Budget::DEFAULT_MAX))
         .enforce(!args.no_enforce)
         .accept(args.dialects.accept)
-        .skew_guard(args.dialects.guard());
+        .skew_guard(args.dialects.guard())
+        .record_metrics(&metrics);
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }
@@ -251,14 +257,19 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         in_flight: in_flight.clone(),
         log: log.clone(),
     });
-    // The admin path is answered here, before the request is counted or reaches the enforce
-    // layer: it never waits for a slot, is never logged and never reaches the work.
+    // The admin paths are answered here, before the request is counted or reaches the enforce
+    // layer: they never wait for a slot, are never logged and never reach the work.
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let work = work.clone();
         let probe = probe.clone();
+        let registry = registry.clone();
         async move {
             if req.uri().path() == RUNTIME_PATH && req.method() == http::Method::GET {
                 return Ok(probe.reply().map(Either::Right));
+            }
+            if req.uri().path() == METRICS_PATH && req.method() == http::Method::GET {
+                let scrape = deadline_http::metrics::scrape(&registry);
+                return Ok(scrape.map(|text| Either::Right(Full::new(Bytes::from(text)))));
             }
             work.oneshot(req).await.map(|r| r.map(Either::Left))
         }
@@ -322,6 +333,10 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
 /// The reserved admin path: `GET` answers this process's runtime figures as JSON. Every other
 /// path is the service's work; later admin paths (such as `/metrics`) sit beside it the same way.
 pub(crate) const RUNTIME_PATH: &str = "/debug/runtime";
+
+/// The reserved scrape path: `GET` answers this service's Prometheus metrics (the deadline
+/// metric set, `service` label = `--name`), in the OpenMetrics text format.
+pub(crate) const METRICS_PATH: &str = "/metrics";
 
 /// What `GET /debug/runtime` reads.
 struct RuntimeProbe {

@@ -138,6 +138,17 @@ fn with_header_and_hook(bencher: Bencher<'_, '_>) {
     run(bencher, service, Some("1950"));
 }
 
+/// As `with_header`, recording every request into a Prometheus registry.
+#[divan::bench]
+fn with_header_and_metrics(bencher: Bencher<'_, '_>) {
+    let mut registry = deadline_http::metrics::Registry::default();
+    let metrics = deadline_http::metrics::DeadlineMetrics::register(&mut registry);
+    let service = EnforceDeadlineLayer::new("inventory")
+        .record_metrics(&metrics.service("inventory"))
+        .layer(handler());
+    run(bencher, service, Some("1950"));
+}
+
 /// A malformed budget: answered 400 by the layer, the handler never runs.
 #[divan::bench]
 fn rejects_malformed(bencher: Bencher<'_, '_>) {

@@ -1,4 +1,4 @@
-//! Example: an axum app behind the enforce layer.
+//! Example: an axum app behind the enforce layer, with Prometheus metrics on `/metrics`.
 //!
 //! Run with: cargo run -p deadline-http --example axum_service
 //!
@@ -13,15 +13,18 @@
 //! curl -H 'Deadline-Budget-Ms: 1000' http://127.0.0.1:PORT/answer     # fresh
 //! curl -H 'Deadline-Budget-Ms: 200' http://127.0.0.1:PORT/answer      # approximate
 //! curl -H 'Deadline-Budget-Ms: 40' http://127.0.0.1:PORT/answer       # cached
+//! curl http://127.0.0.1:PORT/metrics                                 # what the layer counted
 //! ```
 //!
 //! Every answer carries a `deadline-trace` header, and every request's worker hold is printed
 //! on stderr.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use deadline_http::metrics::{DeadlineMetrics, Registry};
 use deadline_http::{DeadlineExceeded, EnforceDeadlineLayer, serve};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -79,15 +82,27 @@ async fn answer() -> String {
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
+    // The application owns the registry; the layer records into the series of its service.
+    let mut registry = Registry::default();
+    let metrics = DeadlineMetrics::register(&mut registry).service("example");
     let enforce = EnforceDeadlineLayer::new("example")
         .slots(4)
-        .on_hold(|hold| eprintln!("hold: {hold}"));
-    let app = Router::new()
+        .on_hold(|hold| eprintln!("hold: {hold}"))
+        .record_metrics(&metrics);
+    let work = Router::new()
         .route("/sleep", get(sleep))
         .route("/spin", get(spin))
         .route("/answer", get(answer))
         // The last `layer` call is the outermost layer: queue time counts against the budget.
         .layer(enforce);
+    // The scrape route sits beside the work, outside the enforce layer: a scrape never waits
+    // for a worker slot and is not counted as a request.
+    let app = Router::new()
+        .route(
+            "/metrics",
+            deadline_http::metrics::route(Arc::new(registry)),
+        )
+        .merge(work);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     println!("listening on http://{}", listener.local_addr()?);
     serve(listener, app, std::future::pending()).await

@@ -61,6 +61,9 @@ pub mod enforce;
 pub mod error;
 #[cfg(feature = "axum")]
 pub mod extract;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+mod metrics_hook;
 pub mod propagate;
 pub mod serve;
 pub mod spawn;

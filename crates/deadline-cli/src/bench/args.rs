@@ -91,6 +91,8 @@ pub(crate) enum Variant {
     Bare,
     /// The handler behind the enforce layer.
     Enforce,
+    /// The same, recording Prometheus metrics.
+    EnforceMetrics,
     /// The handler behind what a Rust service uses today instead: tower-http's timeout over
     /// tower's concurrency limit.
     Peer,
@@ -103,9 +105,10 @@ pub(crate) enum Variant {
 }
 
 impl Variant {
-    pub(crate) const ALL: [Variant; 6] = [
+    pub(crate) const ALL: [Variant; 7] = [
         Variant::Bare,
         Variant::Enforce,
+        Variant::EnforceMetrics,
         Variant::Peer,
         Variant::ChainBare,
         Variant::ChainDeadline,
@@ -116,6 +119,7 @@ impl Variant {
         match self {
             Variant::Bare => "bare",
             Variant::Enforce => "enforce",
+            Variant::EnforceMetrics => "enforce-metrics",
             Variant::ChainBare => "chain-bare",
             Variant::Peer => "peer",
             Variant::ChainDeadline => "chain-deadline",
@@ -128,6 +132,7 @@ impl Variant {
     pub(crate) fn baselines(self) -> &'static [Variant] {
         match self {
             Variant::Enforce => &[Variant::Bare, Variant::Peer],
+            Variant::EnforceMetrics => &[Variant::Enforce, Variant::Bare],
             Variant::Peer => &[Variant::Bare],
             Variant::ChainDeadline => &[Variant::ChainBare, Variant::ChainPeer],
             Variant::ChainPeer => &[Variant::ChainBare],

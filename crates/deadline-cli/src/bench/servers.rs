@@ -229,6 +229,14 @@ pub(crate) async fn serve_variant(
             let service = EnforceDeadlineLayer::new("bench").layer(service_fn(ok));
             deadline_http::serve(listener, service, until(stop)).await?;
         }
+        Variant::EnforceMetrics => {
+            let mut registry = deadline_http::metrics::Registry::default();
+            let metrics = deadline_http::metrics::DeadlineMetrics::register(&mut registry);
+            let service = EnforceDeadlineLayer::new("bench")
+                .record_metrics(&metrics.service("bench"))
+                .layer(service_fn(ok));
+            deadline_http::serve(listener, service, until(stop)).await?;
+        }
         Variant::Peer => {
             deadline_http::serve(listener, peer_stack(service_fn(ok)), until(stop)).await?;
         }

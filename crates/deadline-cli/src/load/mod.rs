@@ -6,6 +6,7 @@
 //! struggles and hide the effect being measured. The generator reports its achieved rate and
 //! worst send lateness so a run can show it kept up.
 
+mod metrics;
 mod table;
 
 use std::collections::HashMap;
@@ -129,6 +130,9 @@ pub(crate) struct LoadRun {
     /// Each service's tasks, open descriptors and requests in flight, idle before the run and
     /// after it drained, edge first (see `deadline service`'s `GET /debug/runtime`).
     hygiene: Vec<ServiceHygiene>,
+    /// What each service's own metrics (`GET /metrics`) said once the run drained, edge first:
+    /// requests by outcome, 504s by phase, work after the caller left, headroom at reply.
+    metrics: Vec<metrics::ServiceMetrics>,
 }
 
 #[derive(Debug, Serialize)]
@@ -277,6 +281,7 @@ async fn run_once(
     // back what the run used.
     drop(client);
     let hygiene = hygiene::settle(&chain, &idle, Instant::now()).await?;
+    let service_metrics = metrics::read_all(&chain).await?;
     let (holds, services) = chain.stop_with_usage().await?;
     let generator = ProcessUsage::of("generator", None);
     let mut run = summarize(args, deadlines, outcomes, &holds, start_wall);
@@ -287,6 +292,7 @@ async fn run_once(
         .map(|(after, before)| after - before);
     run.generator_peak_rss_kib = generator.peak_rss_kib;
     run.hygiene = hygiene;
+    run.metrics = service_metrics;
     Ok(run)
 }
 
@@ -398,6 +404,7 @@ fn summarize(
             .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
             .collect(),
         hygiene: Vec::new(),
+        metrics: Vec::new(),
     }
 }
 

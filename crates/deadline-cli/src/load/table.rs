@@ -121,6 +121,11 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
                 .collect(),
         );
     }
+    let metrics: Vec<&[super::metrics::ServiceMetrics]> =
+        runs.iter().map(|r| r.metrics.as_slice()).collect();
+    for (label, cells) in super::metrics::rows(&metrics) {
+        row(&label, cells);
+    }
     row(
         "generator CPU",
         runs.iter()

@@ -39,6 +39,7 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
         [
             "bare",
             "enforce",
+            "enforce-metrics",
             "peer",
             "chain-bare",
             "chain-deadline",
@@ -71,6 +72,8 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
         [
             ("enforce", "bare"),
             ("enforce", "peer"),
+            ("enforce-metrics", "enforce"),
+            ("enforce-metrics", "bare"),
             ("peer", "bare"),
             ("chain-deadline", "chain-bare"),
             ("chain-deadline", "chain-peer"),

@@ -7,6 +7,7 @@ mod dialects;
 mod hold_log;
 mod hygiene;
 mod load;
+mod metrics;
 mod placement;
 mod service;
 mod trace;

@@ -11,7 +11,7 @@
 //! feature: the library's default surface carries no such hook.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use http::{Request, Response, StatusCode};
@@ -27,8 +27,34 @@ use super::hop_trace::root_only;
 use super::{EnforceDeadlineLayer, HopSettings};
 use crate::context::{Activity, DeadlineContext};
 
-/// What a baseline task hands back: the work's result and the hold it filled in.
-pub(crate) type Task<B, E> = JoinHandle<(Result<Response<B>, E>, Recorder)>;
+/// A baseline task: the work's own task, handing back its result and the hold it filled in.
+pub(crate) struct Task<B, E> {
+    /// First, so a caller that leaves is noted before a finished task's hold is reported.
+    _watch: CallerWatch,
+    handle: JoinHandle<(Result<Response<B>, E>, Recorder)>,
+}
+
+/// When the caller of a baseline request went away, shared by its response future (which sees
+/// it) and its recorder (on the work's task, which reports it).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CallerGone(Arc<OnceLock<Instant>>);
+
+impl CallerGone {
+    /// When the caller went away, if it has (or when its response future was dropped after
+    /// the answer; the recorder then knows the answer was delivered and ignores this).
+    pub(crate) fn at(&self) -> Option<Instant> {
+        self.0.get().copied()
+    }
+}
+
+/// Notes the moment the response future is dropped.
+struct CallerWatch(CallerGone);
+
+impl Drop for CallerWatch {
+    fn drop(&mut self) {
+        let _ = self.0.0.set(Instant::now());
+    }
+}
 
 /// The task's end: its output, or why it has none.
 pub(crate) type Joined<B, E> = Result<(Result<Response<B>, E>, Recorder), JoinError>;
@@ -63,7 +89,9 @@ where
     request.extensions_mut().insert(ctx.clone());
     let slots = settings.slots.clone();
     let task_ctx = ctx.clone();
-    let task = tokio::spawn(async move {
+    let gone = CallerGone::default();
+    recorder.caller_gone = Some(gone.clone());
+    let handle = tokio::spawn(async move {
         let permit = match slots {
             Some(slots) => {
                 let _queued = task_ctx.enter(Activity::Queued);
@@ -84,6 +112,10 @@ where
         }
         (result, recorder)
     });
+    let task = Task {
+        _watch: CallerWatch(gone),
+        handle,
+    };
     let reply = Reply {
         cutoff: None,
         ctx,
@@ -95,7 +127,7 @@ where
 
 /// Waits for the task.
 pub(crate) fn poll<B, E>(task: &mut Task<B, E>, cx: &mut Context<'_>) -> Poll<Joined<B, E>> {
-    std::pin::Pin::new(task).poll(cx)
+    std::pin::Pin::new(&mut task.handle).poll(cx)
 }
 
 /// The answer once the task ended: its response with this hop's trace, its error, or a 503 if

@@ -363,6 +363,7 @@ impl Reply {
     fn deadline<B>(&self, mut recorder: Recorder, activity: &Activity) -> Response<EnforceBody<B>> {
         let status = StatusCode::GATEWAY_TIMEOUT;
         recorder.answer(Some(status), HoldOutcome::Deadline);
+        recorder.exceeded(super::Phase::of(activity));
         let hold = recorder.hold();
         let message = format!(
             "deadline exceeded at {} while {activity}: budget {} ms, queued {} ms, worked {} ms\n",

@@ -9,7 +9,7 @@ use deadline::trace::outcome;
 use http::{HeaderValue, Method, Request, StatusCode, Uri};
 use tokio::time::Instant;
 
-use super::HopSettings;
+use super::{HopSettings, Phase};
 
 /// How a request's hold of this hop ended. See [`Hold`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +103,12 @@ pub struct Hold {
     /// Whether the whole answer was handed on to be written: `false` when the caller went away
     /// first (or the body failed part-way).
     pub reply_written: bool,
+    /// Where the request was when its time ran out, when the layer answered 504 itself for that
+    /// reason (not for a budget already spent on arrival, nor for a handler's own 504).
+    pub exceeded: Option<Phase>,
+    /// When the caller went away before the answer reached it: `None` if it never did. With
+    /// enforcement on, the work stops at that moment; in baseline mode it runs on after it.
+    pub caller_left: Option<Instant>,
 }
 
 impl fmt::Display for Hold {
@@ -265,6 +271,10 @@ pub(crate) struct Recorder {
     /// The answer reached the caller's side (the response future completed with it).
     delivered: bool,
     reported: bool,
+    /// Baseline mode: set when the caller's response future is dropped, which the recorder (on
+    /// the work's own task) does not see itself.
+    #[cfg(feature = "baseline")]
+    pub(crate) caller_gone: Option<super::baseline::CallerGone>,
 }
 
 impl fmt::Debug for Recorder {
@@ -299,6 +309,8 @@ impl Recorder {
             outcome: HoldOutcome::Ok,
             status: None,
             reply_written: false,
+            exceeded: None,
+            caller_left: None,
         };
         let request_id = request.headers().get(super::REQUEST_ID_HEADER).cloned();
         Recorder::new(settings, hold, request_id, request.uri().clone())
@@ -321,6 +333,8 @@ impl Recorder {
             settings,
             delivered: false,
             reported: false,
+            #[cfg(feature = "baseline")]
+            caller_gone: None,
         }
     }
 
@@ -353,6 +367,11 @@ impl Recorder {
         }
     }
 
+    /// The layer answers 504 because the time ran out while the request was in `phase`.
+    pub(crate) fn exceeded(&mut self, phase: Phase) {
+        self.draft.hold.exceeded = Some(phase);
+    }
+
     /// The answer is `status` (if any), with `outcome`.
     pub(crate) fn answer(&mut self, status: Option<StatusCode>, outcome: HoldOutcome) {
         self.draft.hold.status = status;
@@ -376,6 +395,7 @@ impl Recorder {
             return;
         }
         self.settings.metrics.record(&self.draft.hold);
+        self.settings.prometheus.record(&self.draft.hold);
         let request_id = self.draft.request_id.as_ref().and_then(|v| v.to_str().ok());
         let hold = &self.draft.hold;
         tracing::info!(
@@ -424,6 +444,13 @@ impl Drop for Recorder {
             }
             self.end(now);
             self.draft.hold.outcome = HoldOutcome::HungUp;
+            #[cfg(feature = "baseline")]
+            let now = self
+                .caller_gone
+                .as_ref()
+                .and_then(|gone| gone.at())
+                .unwrap_or(now);
+            self.draft.hold.caller_left = Some(now);
         }
         self.draft.hold.reply_written = false;
         self.report();

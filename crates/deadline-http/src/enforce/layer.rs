@@ -67,6 +67,7 @@ impl EnforceDeadlineLayer {
                 sources: super::sources::Sources::default(),
                 on_hold: None,
                 metrics: HoldMetrics::default(),
+                prometheus: Default::default(),
             },
         }
     }
@@ -155,6 +156,14 @@ impl EnforceDeadlineLayer {
     /// services it makes.
     pub fn metrics(&self) -> HoldMetrics {
         self.settings.metrics.clone()
+    }
+
+    /// Records every request's hold in `metrics`' Prometheus series (feature `metrics`; see
+    /// [`crate::metrics`]).
+    #[cfg(feature = "metrics")]
+    pub fn record_metrics(mut self, metrics: &crate::metrics::ServiceMetrics) -> Self {
+        self.settings.prometheus = crate::metrics_hook::HopHook::new(metrics);
+        self
     }
 }
 

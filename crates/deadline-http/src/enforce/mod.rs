@@ -132,6 +132,7 @@ pub mod future;
 mod hold;
 mod hop_trace;
 mod layer;
+mod phase;
 pub mod sources;
 
 use std::fmt;
@@ -150,6 +151,7 @@ use tower_service::Service;
 pub use body::EnforceBody;
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
+pub use phase::Phase;
 
 use crate::context::DeadlineContext;
 use crate::time;
@@ -178,6 +180,7 @@ pub(crate) struct HopSettings {
     sources: sources::Sources,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
+    prometheus: crate::metrics_hook::HopHook,
 }
 
 impl fmt::Debug for HopSettings {

@@ -27,6 +27,8 @@ pub(super) struct Call<S, B> {
     pub(super) target: Option<Target>,
     pub(super) context: Option<DeadlineContext>,
     pub(super) dialects: super::dialects::DialectSet,
+    /// Counts the attempts and skips, and times the call (until it returns or is dropped).
+    pub(super) metrics: crate::metrics_hook::CallHook,
 }
 
 /// How the last attempt that did not succeed ended.
@@ -59,6 +61,7 @@ where
             target,
             context,
             dialects,
+            metrics,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
@@ -73,6 +76,7 @@ where
             let attempt = match requests.plan(&mut plan, deadline, now) {
                 Decision::Send(attempt) => attempt,
                 Decision::Stop(stop) => {
+                    metrics.stopped(&stop);
                     let target = || match (&target, requests.original()) {
                         (Some(target), _) => String::from(&**target),
                         (None, Some(request)) => authority_name(request).to_owned(),
@@ -95,6 +99,7 @@ where
             let Some(attempt_request) = requests.next(plan.sent(), attempt.budget) else {
                 continue;
             };
+            metrics.attempt(plan.sent());
             let _calling = record.as_mut().map(|record| record.begin(now));
             let outcome = tokio::time::timeout_at(now + attempt.wait, async {
                 let ready = inner.ready().await.map_err(Into::into)?;

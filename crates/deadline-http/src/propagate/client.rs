@@ -79,6 +79,16 @@ impl DeadlineClient {
         }
     }
 
+    /// Records every call's attempts, skips and duration in `metrics`' Prometheus series
+    /// (feature `metrics`; see [`crate::metrics`]).
+    #[cfg(feature = "metrics")]
+    #[must_use = "this returns the client with metrics set; the original is unchanged"]
+    pub fn record_metrics(self, metrics: &crate::metrics::ServiceMetrics) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.record_metrics(metrics),
+        }
+    }
+
     /// The call policy.
     pub fn policy(&self) -> &CallPolicy {
         self.service.policy()

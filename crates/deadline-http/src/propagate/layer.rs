@@ -11,6 +11,7 @@ pub struct PropagateDeadlineLayer {
     policy: CallPolicy,
     target: Option<Target>,
     dialects: DialectSet,
+    metrics: crate::metrics_hook::ClientHook,
 }
 
 impl PropagateDeadlineLayer {
@@ -20,6 +21,7 @@ impl PropagateDeadlineLayer {
             policy,
             target: None,
             dialects: DialectSet::none(),
+            metrics: Default::default(),
         }
     }
 
@@ -45,7 +47,18 @@ impl PropagateDeadlineLayer {
     /// Names the downstream in the call's span (`call:<name>`) and in the hop's activity
     /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
     pub fn target(mut self, name: impl Into<String>) -> PropagateDeadlineLayer {
-        self.target = Some(Target::new(&name.into()));
+        let name = name.into();
+        self.metrics.retarget(&name);
+        self.target = Some(Target::new(&name));
+        self
+    }
+
+    /// Records every call's attempts, skips and duration in `metrics`' Prometheus series
+    /// (feature `metrics`; see [`crate::metrics`]).
+    #[cfg(feature = "metrics")]
+    pub fn record_metrics(mut self, metrics: &crate::metrics::ServiceMetrics) -> Self {
+        let target = self.target.as_ref().map(|t| &*t.name);
+        self.metrics = crate::metrics_hook::ClientHook::new(metrics, target);
         self
     }
 }
@@ -59,6 +72,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             policy: self.policy,
             target: self.target.clone(),
             dialects: self.dialects.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }

@@ -198,6 +198,7 @@ pub struct PropagateDeadline<S> {
     policy: CallPolicy,
     target: Option<Target>,
     dialects: DialectSet,
+    metrics: crate::metrics_hook::ClientHook,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -225,6 +226,7 @@ impl<S> PropagateDeadline<S> {
             policy,
             target: None,
             dialects: DialectSet::none(),
+            metrics: Default::default(),
         }
     }
 
@@ -245,7 +247,19 @@ impl<S> PropagateDeadline<S> {
     /// (`calling <name>`). Without a name, the request URI's authority (`host:port`) is used.
     #[must_use = "this returns the service with the target set; the original is unchanged"]
     pub fn target(mut self, name: impl Into<String>) -> PropagateDeadline<S> {
-        self.target = Some(Target::new(&name.into()));
+        let name = name.into();
+        self.metrics.retarget(&name);
+        self.target = Some(Target::new(&name));
+        self
+    }
+
+    /// Records every call's attempts, skips and duration in `metrics`' Prometheus series
+    /// (feature `metrics`; see [`crate::metrics`]).
+    #[cfg(feature = "metrics")]
+    #[must_use = "this returns the service with metrics set; the original is unchanged"]
+    pub fn record_metrics(mut self, metrics: &crate::metrics::ServiceMetrics) -> Self {
+        let target = self.target.as_ref().map(|t| &*t.name);
+        self.metrics = crate::metrics_hook::ClientHook::new(metrics, target);
         self
     }
 
@@ -314,6 +328,7 @@ impl<S> PropagateDeadline<S> {
             (Some(explicit), Some(served)) => Some(explicit.min(served)),
             (explicit, served) => explicit.or(served),
         };
+        let metrics = self.metrics.call(&request);
         let call = Call {
             inner: self.inner.clone(),
             policy: self.policy,
@@ -323,6 +338,7 @@ impl<S> PropagateDeadline<S> {
             target: self.target.clone(),
             context,
             dialects: self.dialects.clone(),
+            metrics,
         };
         ResponseFuture::new(call.run())
     }

@@ -5,4 +5,5 @@ mod enforce;
 mod http_memory;
 mod loopback_client;
 mod loopback_server;
+mod metrics;
 mod propagate;
