@@ -78,6 +78,9 @@ pub(crate) struct ServiceArgs {
     /// Baseline: send no budget downstream; every attempt gets its full timeout.
     #[arg(long)]
     pub no_propagate: bool,
+    /// Send no `Server-Timing` header (queue, work and budget times) with the answers.
+    #[arg(long)]
+    pub no_server_timing: bool,
     /// Write one JSON line per worker hold to this file.
     #[arg(long)]
     pub log: Option<PathBuf>,
@@ -202,7 +205,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
         .reserve(Duration::from_millis(args.reserve))
         .max_budget(Budget::from_millis(args.max_budget).unwrap_or(Budget::DEFAULT_MAX))
-        .enforce(!args.no_enforce);
+        .enforce(!args.no_enforce)
+        .server_timing(!args.no_server_timing);
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }

@@ -49,7 +49,7 @@ impl EnforceDeadlineLayer {
 
     /// A layer for the hop called `name` (used in traces, 504 bodies and hold reports), with
     /// the defaults: budgets up to [`Budget::DEFAULT_MAX`], a 10 ms reply reserve, no limit on
-    /// concurrent work, enforcement on, `grpc-timeout` ignored.
+    /// concurrent work, enforcement on, `grpc-timeout` ignored, `Server-Timing` on.
     pub fn new(name: impl Into<String>) -> EnforceDeadlineLayer {
         let name = name.into();
         EnforceDeadlineLayer {
@@ -62,6 +62,7 @@ impl EnforceDeadlineLayer {
                 #[cfg(feature = "baseline")]
                 enforce: true,
                 grpc_timeout: false,
+                server_timing: true,
                 on_hold: None,
                 metrics: HoldMetrics::default(),
             },
@@ -97,6 +98,16 @@ impl EnforceDeadlineLayer {
     /// budget wins, and a malformed value in either is answered 400. Default `false`.
     pub fn grpc_timeout(mut self, read: bool) -> Self {
         self.settings.grpc_timeout = read;
+        self
+    }
+
+    /// Add a W3C `Server-Timing` header to every answer (`queue;dur=…, work;dur=…,
+    /// budget;dur=…`, in milliseconds; no `budget` metric for a request without one), so a
+    /// browser's developer tools show where this hop's time went. Default `true`; turn it off
+    /// for a service whose timings callers should not see. A `Server-Timing` the inner service
+    /// wrote itself is kept either way.
+    pub fn server_timing(mut self, on: bool) -> Self {
+        self.settings.server_timing = on;
         self
     }
 
