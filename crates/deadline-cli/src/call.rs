@@ -4,6 +4,9 @@
 //! at arrival, its queue and work, its calls and its headroom, with the hop that ran out marked.
 //! `--json` prints the same as one document.
 //!
+//! `--protocol http1` (the default) speaks HTTP/1.1, `h2c` HTTP/2 without TLS by prior knowledge
+//! (as gRPC servers and `curl --http2-prior-knowledge` do); `grpc` is refused for now.
+//!
 //! A server that sends no trace still gets its status, time and body reported. The hop view is
 //! the core's ([`deadline::trace::hops`]): a callee's budget is only bounded there (the trace
 //! carries times, not budgets), and the output says so.
@@ -23,7 +26,7 @@ use deadline_http::enforce::SERVER_TIMING_HEADER;
 use http::header::HOST;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -66,7 +69,7 @@ enum Protocol {
     Http1,
     /// HTTP/2 without TLS, by prior knowledge.
     H2c,
-    /// gRPC (HTTP/2, a unary call with an empty message).
+    /// gRPC: named for scripts, refused with an error until the gRPC transport is in.
     Grpc,
 }
 
@@ -87,6 +90,7 @@ struct Plan {
     host: String,
     port: u16,
     headers: HeaderMap,
+    protocol: Protocol,
     /// The budget the request carries, as the first hop will read it.
     budget_ms: Option<u64>,
     wait: Duration,
@@ -134,12 +138,8 @@ pub(crate) async fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
 
 /// Checks the arguments: the URL, the headers, the budget and the protocol.
 fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
-    match args.protocol {
-        Protocol::Http1 => {}
-        other => bail!(
-            "--protocol {} is not available in this build yet: only http1 is",
-            other.as_str()
-        ),
+    if args.protocol == Protocol::Grpc {
+        bail!("--protocol grpc is not available in this build yet: use http1 or h2c");
     }
     let uri: Uri = args
         .url
@@ -165,10 +165,13 @@ fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
     let port = authority.port_u16().unwrap_or(80);
 
     let mut headers = HeaderMap::new();
-    headers.insert(
-        HOST,
-        HeaderValue::from_str(authority.as_str()).context("the URL's host")?,
-    );
+    if args.protocol == Protocol::Http1 {
+        // HTTP/2 carries the host in the request's `:authority` instead.
+        headers.insert(
+            HOST,
+            HeaderValue::from_str(authority.as_str()).context("the URL's host")?,
+        );
+    }
     for raw in &args.headers {
         let (name, value) = parse_header(raw)?;
         if name == HOST {
@@ -206,6 +209,7 @@ fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
         host,
         port,
         headers,
+        protocol: args.protocol,
         budget_ms,
         wait,
     })
@@ -231,21 +235,30 @@ async fn send(plan: &Plan) -> anyhow::Result<Answer> {
         .await
         .with_context(|| format!("connecting to {}:{}", plan.host, plan.port))?;
     stream.set_nodelay(true)?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .context("starting HTTP/1.1")?;
-    let connection = tokio::spawn(connection);
-    let target = plan
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let mut request = Request::get(target).body(Empty::<Bytes>::new())?;
-    *request.headers_mut() = plan.headers.clone();
-    let response = sender
-        .send_request(request)
-        .await
-        .context("sending the request")?;
+    let io = TokioIo::new(stream);
+    let (response, connection) = match plan.protocol {
+        Protocol::Http1 => {
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+                .await
+                .context("starting HTTP/1.1")?;
+            let connection = tokio::spawn(connection);
+            // HTTP/1.1 sends the path; the host is in the headers.
+            let target = plan.uri.path_and_query().map_or("/", |p| p.as_str());
+            let request = request(target, &plan.headers)?;
+            (sender.send_request(request).await, connection)
+        }
+        Protocol::H2c | Protocol::Grpc => {
+            let (mut sender, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .context("starting HTTP/2 (h2c, prior knowledge)")?;
+            let connection = tokio::spawn(connection);
+            // HTTP/2 sends the whole URI, as `:scheme`, `:authority` and `:path`.
+            let request = request(plan.uri.clone(), &plan.headers)?;
+            (sender.send_request(request).await, connection)
+        }
+    };
+    let response = response.context("sending the request")?;
     let (parts, body) = response.into_parts();
     let (body, body_cut) = match Limited::new(body, MAX_BODY).collect().await {
         Ok(body) => (body.to_bytes(), false),
@@ -261,6 +274,17 @@ async fn send(plan: &Plan) -> anyhow::Result<Answer> {
         body_cut,
         elapsed,
     })
+}
+
+/// A GET of `target` with `headers` and no body.
+fn request<T>(target: T, headers: &HeaderMap) -> anyhow::Result<Request<Empty<Bytes>>>
+where
+    Uri: TryFrom<T>,
+    <Uri as TryFrom<T>>::Error: Into<http::Error>,
+{
+    let mut request = Request::get(target).body(Empty::<Bytes>::new())?;
+    *request.headers_mut() = headers.clone();
+    Ok(request)
 }
 
 fn ms(d: Duration) -> f64 {

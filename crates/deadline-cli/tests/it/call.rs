@@ -212,6 +212,83 @@ fn a_server_that_never_answers_is_given_up_on() {
     );
 }
 
+/// An HTTP/2 server by prior knowledge (h2c) behind the enforce layer, on a runtime of its own
+/// thread: `/work/MS` works MS ms. Serves until the test process ends.
+fn h2c_server() -> String {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use deadline_http::EnforceDeadlineLayer;
+    use http_body_util::Full;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::service::TowerToHyperService;
+    use tower::{Layer, service_fn};
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    listener.set_nonblocking(true).unwrap();
+    thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let handler = service_fn(|request: http::Request<hyper::body::Incoming>| async move {
+                let ms: u64 = request
+                    .uri()
+                    .path()
+                    .strip_prefix("/work/")
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"h2 ok"))))
+            });
+            let service = EnforceDeadlineLayer::new("h2hop").layer(handler);
+            while let Ok((stream, _)) = listener.accept().await {
+                let service = TowerToHyperService::new(service.clone());
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service),
+                );
+            }
+        });
+    });
+    addr
+}
+
+#[test]
+fn h2c_carries_the_budget_and_brings_back_the_trace() {
+    let addr = h2c_server();
+    let json = call_json(&[
+        "--protocol",
+        "h2c",
+        "--budget",
+        "300",
+        &format!("http://{addr}/work/1000"),
+    ]);
+    assert_eq!(json["protocol"], "h2c");
+    assert_eq!(json["status"], 504);
+    assert_eq!(hop_names(&json), ["h2hop"]);
+    assert_eq!(json["ran_out"], serde_json::json!(["h2hop"]));
+    let timing = json["server_timing"][0].as_str().unwrap();
+    assert!(timing.ends_with(", budget;dur=300"), "{timing}");
+
+    let json = call_json(&[
+        "--protocol",
+        "h2c",
+        "--budget",
+        "2000",
+        &format!("http://{addr}/work/10"),
+    ]);
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["body"], "h2 ok");
+    // HTTP/1.1 to an HTTP/2-only server fails with an error, not a panic.
+    let out = call(&["--budget", "500", &format!("http://{addr}/")]);
+    assert!(!out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
 #[test]
 fn bad_arguments_get_clear_errors_and_no_panic() {
     // A port nothing listens on: bound, then closed.
@@ -244,10 +321,6 @@ fn bad_arguments_get_clear_errors_and_no_panic() {
         ),
         (
             &["--protocol", "grpc", "http://127.0.0.1:1/"],
-            "not available in this build",
-        ),
-        (
-            &["--protocol", "h2c", "http://127.0.0.1:1/"],
             "not available in this build",
         ),
         (
