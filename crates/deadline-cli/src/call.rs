@@ -447,7 +447,12 @@ fn report(
             budget_text(hop.budget),
             phase(&hop.queue),
             phase(&hop.work),
-            budget_text(hop.headroom()),
+            // A hop that ran out used its budget up, whatever the bound says.
+            if hop.ran_out {
+                "none".to_owned()
+            } else {
+                budget_text(hop.headroom())
+            },
             calls_text(hop),
         );
         if hop.ran_out {
@@ -461,8 +466,8 @@ fn report(
     {
         let _ = writeln!(
             out,
-            "≤: at most what the caller had left when it sent the request; the trace carries times, \
-             not budgets, so the caller's transit margin is not counted"
+            "≤: an upper bound, what the caller had left when it sent the request. The trace carries\n   \
+             times, not budgets: a caller sends less (less its margin, at most its per-attempt timeout)."
         );
     }
     if trace.dropped > 0 {

@@ -13,7 +13,9 @@
 //! which the caller knows ([`Budget::Sent`]). A callee's budget is not on the wire: what the
 //! trace does show is when its caller sent the attempt, so the caller's own budget less the
 //! time it had already spent is an upper bound ([`Budget::AtMost`]): the budget that arrived was
-//! smaller by the caller's transit margin (and by the truncation to whole milliseconds). The
+//! smaller by the caller's transit margin and the truncation to whole milliseconds, and no larger
+//! than the caller's per-attempt timeout, none of which the trace records. The bound can be
+//! loose (an attempt capped at 1 s by its timeout, sent with 1.9 s left, shows `≤ 1900`). The
 //! headroom of such a hop is an upper bound too.
 //!
 //! # The hop that ran out
