@@ -82,6 +82,13 @@ class Browser:
         except ProcessLookupError:
             pass
         self.proc.wait()
+        # The helpers (zygote, renderer) die with the group; wait until none is left.
+        for _ in range(100):
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
         for fd in (self.to_browser, self.from_browser):
             try:
                 os.close(fd)
