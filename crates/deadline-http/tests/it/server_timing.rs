@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tower::{Layer, service_fn};
 
@@ -27,6 +28,8 @@ use tower::{Layer, service_fn};
 /// fails first).
 struct Server {
     addr: SocketAddr,
+    /// Notified each time a `/work/` handler starts.
+    started: Arc<Notify>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -34,19 +37,25 @@ struct Server {
 /// `/work/MS` sleeps MS ms and answers 200; `/unavailable` answers 503 at once; `/own` answers
 /// 200 with a `Server-Timing` of its own (`db;dur=1.5`).
 async fn start(layer: EnforceDeadlineLayer) -> Server {
-    let handler = service_fn(|request: Request<Incoming>| async move {
-        let path = request.uri().path();
-        let mut response = Response::new(Full::new(Bytes::from_static(b"done")));
-        if let Some(ms) = path.strip_prefix("/work/") {
-            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
-        } else if path == "/unavailable" {
-            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        } else if path == "/own" {
-            response
-                .headers_mut()
-                .insert(SERVER_TIMING_HEADER, HeaderValue::from_static("db;dur=1.5"));
+    let started = Arc::new(Notify::new());
+    let notify = started.clone();
+    let handler = service_fn(move |request: Request<Incoming>| {
+        let notify = notify.clone();
+        async move {
+            let path = request.uri().path();
+            let mut response = Response::new(Full::new(Bytes::from_static(b"done")));
+            if let Some(ms) = path.strip_prefix("/work/") {
+                notify.notify_one();
+                tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+            } else if path == "/unavailable" {
+                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            } else if path == "/own" {
+                response
+                    .headers_mut()
+                    .insert(SERVER_TIMING_HEADER, HeaderValue::from_static("db;dur=1.5"));
+            }
+            Ok::<_, Infallible>(response)
         }
-        Ok::<_, Infallible>(response)
     });
     let service = layer.layer(handler);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -57,6 +66,7 @@ async fn start(layer: EnforceDeadlineLayer) -> Server {
     }));
     Server {
         addr,
+        started,
         stop: Some(stop),
         task,
     }
@@ -161,8 +171,8 @@ async fn a_give_up_in_the_queue_shows_the_time_queued_and_no_work() {
     let server = start(EnforceDeadlineLayer::new("inventory").slots(1)).await;
     let addr = server.addr;
     let busy = tokio::spawn(async move { get(addr, "/work/1500", None).await });
-    // Let the first request take the only slot.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The first request holds the only slot once its work has started.
+    server.started.notified().await;
     let (status, metrics) = get(addr, "/work/0", Some("300")).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     let m = by_name(&metrics);
