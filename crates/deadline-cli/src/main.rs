@@ -1,8 +1,10 @@
-//! `deadline`: a deadline-aware test service, the three-process demo, the load comparison and a
-//! trace decoder. Argument parsing and glue only: everything a library user would want lives in
-//! the `deadline` and `deadline-http` crates.
+//! `deadline`: a deadline-aware test service, the three-process demo, the load comparison, a
+//! trace decoder and a one-request client that shows where a budget went. Argument parsing and
+//! glue only: everything a library user would want lives in the `deadline` and `deadline-http`
+//! crates.
 
 mod bench;
+mod call;
 mod demo;
 mod dialect_args;
 mod harness;
@@ -40,6 +42,8 @@ enum Command {
     Trace(trace_cmd::TraceArgs),
     /// What the layers cost over loopback HTTP: bare, layered and peer servers side by side.
     Bench(bench::BenchArgs),
+    /// Send one request with a budget and show, hop by hop, where its time went.
+    Call(call::CallArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Service(args) => runtime().and_then(|rt| rt.block_on(service::run(args))),
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(demo::run(args))),
         Command::Load(args) => runtime().and_then(|rt| rt.block_on(load::run(args))),
+        Command::Call(args) => runtime().and_then(|rt| rt.block_on(call::run(args))),
     };
     match result {
         Ok(code) => code,

@@ -80,6 +80,9 @@ pub(crate) struct ServiceArgs {
     /// Baseline: send no budget downstream; every attempt gets its full timeout.
     #[arg(long)]
     pub no_propagate: bool,
+    /// Send no `Server-Timing` header (queue, work and budget times) with the answers.
+    #[arg(long)]
+    pub no_server_timing: bool,
     /// Write one JSON line per worker hold to this file.
     #[arg(long)]
     pub log: Option<PathBuf>,
@@ -217,7 +220,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .enforce(!args.no_enforce)
         .accept(args.dialects.accept)
         .skew_guard(args.dialects.guard())
-        .record_metrics(&metrics);
+        .record_metrics(&metrics)
+        .server_timing(!args.no_server_timing);
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }

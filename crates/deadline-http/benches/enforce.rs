@@ -117,6 +117,15 @@ fn with_header(bencher: Bencher<'_, '_>) {
     run(bencher, service, Some("1950"));
 }
 
+/// As `with_header`, without the `Server-Timing` header: the difference is what it costs.
+#[divan::bench]
+fn with_header_no_server_timing(bencher: Bencher<'_, '_>) {
+    let service = EnforceDeadlineLayer::new("inventory")
+        .server_timing(false)
+        .layer(handler());
+    run(bencher, service, Some("1950"));
+}
+
 /// As `with_header`, with worker slots (always one free here).
 #[divan::bench]
 fn with_header_and_slots(bencher: Bencher<'_, '_>) {

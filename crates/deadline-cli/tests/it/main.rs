@@ -2,6 +2,7 @@
 //! they assert statuses, counts and orderings, with generous bounds on times.
 
 mod bench;
+mod call;
 mod demo;
 mod dialects;
 mod hold_log;

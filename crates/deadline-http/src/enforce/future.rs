@@ -34,6 +34,7 @@ use super::HopSettings;
 use super::body::EnforceBody;
 use super::hold::{HoldOutcome, Recorder};
 use super::hop_trace::trace_header;
+use super::server_timing;
 use crate::context::{Activity, ActivityGuard, DeadlineContext};
 
 /// The inner service's work for one request (a `oneshot` call: readiness, then the call),
@@ -389,6 +390,9 @@ impl Reply {
         let trace = trace_header(&self.settings, &self.ctx, recorder.hold(), status, now);
         let (mut parts, body) = response.into_parts();
         parts.headers.insert(deadline::TRACE_HEADER, trace);
+        parts
+            .headers
+            .extend(server_timing::header(&self.settings, recorder.hold()));
         Response::from_parts(parts, EnforceBody::inner(body, recorder))
     }
 
@@ -407,8 +411,10 @@ impl Reply {
             status,
             Instant::now(),
         );
+        let timing = server_timing::header(&self.settings, recorder.hold());
         let mut response = text_response(status, EnforceBody::text(message, Some(recorder)));
         response.headers_mut().insert(deadline::TRACE_HEADER, trace);
+        response.headers_mut().extend(timing);
         response
     }
 }

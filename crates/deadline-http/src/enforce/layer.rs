@@ -51,7 +51,7 @@ impl EnforceDeadlineLayer {
 
     /// A layer for the hop called `name` (used in traces, 504 bodies and hold reports), with
     /// the defaults: budgets up to [`Budget::DEFAULT_MAX`], a 10 ms reply reserve, no limit on
-    /// concurrent work, enforcement on, `grpc-timeout` ignored.
+    /// concurrent work, enforcement on, `grpc-timeout` ignored, `Server-Timing` on.
     pub fn new(name: impl Into<String>) -> EnforceDeadlineLayer {
         let name = name.into();
         EnforceDeadlineLayer {
@@ -65,6 +65,7 @@ impl EnforceDeadlineLayer {
                 enforce: true,
                 grpc_timeout: false,
                 sources: super::sources::Sources::default(),
+                server_timing: true,
                 on_hold: None,
                 metrics: HoldMetrics::default(),
                 prometheus: Default::default(),
@@ -141,6 +142,16 @@ impl EnforceDeadlineLayer {
     /// more than the maximum skew (shared by every clone of this layer and its services).
     pub fn ignored_absolute_deadlines(&self) -> u64 {
         self.settings.sources.ignored()
+    }
+
+    /// Add a W3C `Server-Timing` header to every answer (`queue;dur=…, work;dur=…,
+    /// budget;dur=…`, in milliseconds; no `budget` metric for a request without one), so a
+    /// browser's developer tools show where this hop's time went. Default `true`; turn it off
+    /// for a service whose timings callers should not see. A `Server-Timing` the inner service
+    /// wrote itself is kept either way.
+    pub fn server_timing(mut self, on: bool) -> Self {
+        self.settings.server_timing = on;
+        self
     }
 
     /// Calls `hook` with every request's [`Hold`] report, once, when the request is over for

@@ -24,7 +24,9 @@
 //! 5. adds a [`Deadline-Trace`](deadline::trace) header to every answer it gives, 200, 400 and
 //!    504 alike: one root span named after the hop, from arrival to the answer, whose outcome
 //!    is the status code; under it `queue`, `work` (outcome `ok`, `deadline` or `error`) and the
-//!    spans the handler's outbound calls recorded.
+//!    spans the handler's outbound calls recorded. It adds a W3C
+//!    [`Server-Timing`](server_timing) header too (`queue;dur=0.004, work;dur=41.250,
+//!    budget;dur=200`), unless [turned off](EnforceDeadlineLayer::server_timing).
 //! 6. reports the request's [`Hold`] of the hop exactly once, when the answer has been handed on
 //!    (or could not be), as a `tracing` event with target `deadline::hold`, to the
 //!    [`on_hold`](EnforceDeadlineLayer::on_hold) hook and to the [`HoldMetrics`] counters.
@@ -133,6 +135,7 @@ mod hold;
 mod hop_trace;
 mod layer;
 mod phase;
+pub mod server_timing;
 pub mod sources;
 
 use std::fmt;
@@ -152,6 +155,7 @@ pub use body::EnforceBody;
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
 pub use phase::Phase;
+pub use server_timing::SERVER_TIMING_HEADER;
 
 use crate::context::DeadlineContext;
 use crate::time;
@@ -178,6 +182,8 @@ pub(crate) struct HopSettings {
     enforce: bool,
     grpc_timeout: bool,
     sources: sources::Sources,
+    /// Whether answers carry a `Server-Timing` header.
+    server_timing: bool,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
     prometheus: crate::metrics_hook::HopHook,
@@ -200,6 +206,7 @@ impl fmt::Debug for HopSettings {
         debug
             .field("grpc_timeout", &self.grpc_timeout)
             .field("sources", &self.sources)
+            .field("server_timing", &self.server_timing)
             .field("on_hold", &self.on_hold.is_some())
             .finish()
     }

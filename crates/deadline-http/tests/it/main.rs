@@ -7,3 +7,4 @@ mod loopback_client;
 mod loopback_server;
 mod metrics;
 mod propagate;
+mod server_timing;

@@ -180,6 +180,7 @@ mod decode;
 mod display;
 mod encode;
 mod hop;
+pub mod hops;
 mod model;
 mod record;
 mod token;

@@ -1,0 +1,560 @@
+//! `deadline call URL`: curl for budgets. Sends one request (with `--budget MS` and any `-H`
+//! headers), then prints the status, how long the answer took, the `Server-Timing` the first
+//! hop sent, and the `Deadline-Trace` read hop by hop: when each hop got the request, its budget
+//! at arrival, its queue and work, its calls and its headroom, with the hop that ran out marked.
+//! `--json` prints the same as one document.
+//!
+//! `--protocol http1` (the default) speaks HTTP/1.1, `h2c` HTTP/2 without TLS by prior knowledge
+//! (as gRPC servers and `curl --http2-prior-knowledge` do); `grpc` is refused for now.
+//!
+//! A server that sends no trace still gets its status, time and body reported. The hop view is
+//! the core's ([`deadline::trace::hops`]): a callee's budget is only bounded there (the trace
+//! carries times, not budgets), and the output says so.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use deadline::header::{BudgetValue, read_budget};
+use deadline::trace::hops::{Budget, Hop, hops};
+use deadline::trace::{TRACE_HEADER, Trace};
+use deadline::{BUDGET_HEADER, Budget as BudgetLimit};
+use deadline_http::enforce::SERVER_TIMING_HEADER;
+use http::header::HOST;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// At most this much of the answer's body is read and shown.
+const MAX_BODY: usize = 64 * 1024;
+
+/// How long to wait beyond the budget by default: the answer of a hop that keeps its deadline
+/// comes before it; one second more shows what a server that ignores it does.
+const GRACE: Duration = Duration::from_secs(1);
+
+/// How long to wait without a budget, by default.
+const NO_BUDGET_WAIT: Duration = Duration::from_secs(30);
+
+/// Arguments of `deadline call`.
+#[derive(Debug, Args)]
+pub(crate) struct CallArgs {
+    /// The URL to GET (`http://HOST[:PORT]/PATH`).
+    url: String,
+    /// Send `Deadline-Budget-Ms: MS`: the budget the first hop gets.
+    #[arg(long, value_name = "MS")]
+    budget: Option<u64>,
+    /// A request header, `Name: value`; repeat for more.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+    /// The protocol to speak.
+    #[arg(long, value_enum, default_value_t = Protocol::Http1)]
+    protocol: Protocol,
+    /// Stop waiting after this many ms (default: the budget plus 1000, or 30000 without one).
+    #[arg(long, value_name = "MS")]
+    timeout: Option<u64>,
+    /// Print one JSON document instead of the text report.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The protocols `deadline call` knows of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Protocol {
+    /// HTTP/1.1.
+    Http1,
+    /// HTTP/2 without TLS, by prior knowledge.
+    H2c,
+    /// gRPC: named for scripts, refused with an error until the gRPC transport is in.
+    Grpc,
+}
+
+impl Protocol {
+    fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http1",
+            Protocol::H2c => "h2c",
+            Protocol::Grpc => "grpc",
+        }
+    }
+}
+
+/// The request, checked before anything is sent.
+#[derive(Debug)]
+struct Plan {
+    uri: Uri,
+    host: String,
+    port: u16,
+    headers: HeaderMap,
+    protocol: Protocol,
+    /// The budget the request carries, as the first hop will read it.
+    budget_ms: Option<u64>,
+    wait: Duration,
+}
+
+/// What came back.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    /// Whether the body was longer than [`MAX_BODY`] (and cut there).
+    body_cut: bool,
+    elapsed: Duration,
+}
+
+pub(crate) async fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
+    let plan = plan(&args)?;
+    let answer = tokio::time::timeout(plan.wait, send(&plan))
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "no answer from {} within {} ms (--timeout)",
+                args.url,
+                plan.wait.as_millis()
+            )
+        })??;
+    let trace = answer
+        .headers
+        .get(TRACE_HEADER)
+        .map(Trace::from_header_value);
+    let hops = trace
+        .as_ref()
+        .map(|t| hops(t, plan.budget_ms))
+        .unwrap_or_default();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json(&args, &plan, &answer, trace.as_ref(), &hops))?
+        );
+    } else {
+        print!("{}", report(&args, &plan, &answer, trace.as_ref(), &hops));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Checks the arguments: the URL, the headers, the budget and the protocol.
+fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
+    if args.protocol == Protocol::Grpc {
+        bail!("--protocol grpc is not available in this build yet: use http1 or h2c");
+    }
+    let uri: Uri = args
+        .url
+        .parse()
+        .with_context(|| format!("{:?} is not a URL", args.url))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => bail!("{}: https is not supported, only http://", args.url),
+        _ => bail!("{}: expected an http:// URL", args.url),
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| anyhow!("{}: the URL has no host", args.url))?
+        .clone();
+    if authority.host().is_empty() {
+        bail!("{}: the URL has no host", args.url);
+    }
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = authority.port_u16().unwrap_or(80);
+
+    let mut headers = HeaderMap::new();
+    if args.protocol == Protocol::Http1 {
+        // HTTP/2 carries the host in the request's `:authority` instead.
+        headers.insert(
+            HOST,
+            HeaderValue::from_str(authority.as_str()).context("the URL's host")?,
+        );
+    }
+    for raw in &args.headers {
+        let (name, value) = parse_header(raw)?;
+        if name == HOST {
+            headers.insert(name, value);
+        } else {
+            headers.append(name, value);
+        }
+    }
+    if let Some(ms) = args.budget {
+        if headers.contains_key(BUDGET_HEADER) {
+            bail!(
+                "give the budget either with --budget or with -H 'Deadline-Budget-Ms: …', not both"
+            );
+        }
+        headers.insert(BUDGET_HEADER, HeaderValue::from(ms));
+    }
+    // The first hop's budget, read as a server reads it (a malformed one is sent anyway, to see
+    // what the server does with it, but has no figure).
+    let budget_ms = match read_budget(
+        &headers,
+        BudgetLimit::from_millis(u64::MAX).unwrap_or(BudgetLimit::DEFAULT_MAX),
+    ) {
+        Ok(Some(BudgetValue::Remaining(b))) => Some(b.as_millis()),
+        Ok(Some(BudgetValue::Expired)) => Some(0),
+        Ok(None) | Err(_) => None,
+    };
+    let wait = match (args.timeout, budget_ms) {
+        (Some(0), _) => bail!("--timeout must be at least 1 ms"),
+        (Some(ms), _) => Duration::from_millis(ms),
+        (None, Some(ms)) => Duration::from_millis(ms).saturating_add(GRACE),
+        (None, None) => NO_BUDGET_WAIT,
+    };
+    Ok(Plan {
+        uri,
+        host,
+        port,
+        headers,
+        protocol: args.protocol,
+        budget_ms,
+        wait,
+    })
+}
+
+/// `Name: value` (the value trimmed; it may be empty).
+fn parse_header(raw: &str) -> anyhow::Result<(HeaderName, HeaderValue)> {
+    let (name, value) = raw
+        .split_once(':')
+        .ok_or_else(|| anyhow!("-H {raw:?}: expected 'Name: value'"))?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| anyhow!("-H {raw:?}: {:?} is not a header name", name.trim()))?;
+    let value = HeaderValue::from_str(value.trim())
+        .map_err(|_| anyhow!("-H {raw:?}: the value has characters a header cannot carry"))?;
+    Ok((name, value))
+}
+
+/// Connects, sends the request and reads the answer: the time runs from the start of the
+/// connection to the end of the body.
+async fn send(plan: &Plan) -> anyhow::Result<Answer> {
+    let t0 = Instant::now();
+    let stream = TcpStream::connect((plan.host.as_str(), plan.port))
+        .await
+        .with_context(|| format!("connecting to {}:{}", plan.host, plan.port))?;
+    stream.set_nodelay(true)?;
+    let io = TokioIo::new(stream);
+    let (response, connection) = match plan.protocol {
+        Protocol::Http1 => {
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+                .await
+                .context("starting HTTP/1.1")?;
+            let connection = tokio::spawn(connection);
+            // HTTP/1.1 sends the path; the host is in the headers.
+            let target = plan.uri.path_and_query().map_or("/", |p| p.as_str());
+            let request = request(target, &plan.headers)?;
+            (sender.send_request(request).await, connection)
+        }
+        Protocol::H2c | Protocol::Grpc => {
+            let (mut sender, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .context("starting HTTP/2 (h2c, prior knowledge)")?;
+            let connection = tokio::spawn(connection);
+            // HTTP/2 sends the whole URI, as `:scheme`, `:authority` and `:path`.
+            let request = request(plan.uri.clone(), &plan.headers)?;
+            (sender.send_request(request).await, connection)
+        }
+    };
+    let response = response.context("sending the request")?;
+    let (parts, body) = response.into_parts();
+    let (body, body_cut) = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(body) => (body.to_bytes(), false),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => (Bytes::new(), true),
+        Err(err) => return Err(anyhow!(err).context("reading the answer's body")),
+    };
+    let elapsed = Instant::now().saturating_duration_since(t0);
+    connection.abort();
+    Ok(Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        body_cut,
+        elapsed,
+    })
+}
+
+/// A GET of `target` with `headers` and no body.
+fn request<T>(target: T, headers: &HeaderMap) -> anyhow::Result<Request<Empty<Bytes>>>
+where
+    Uri: TryFrom<T>,
+    <Uri as TryFrom<T>>::Error: Into<http::Error>,
+{
+    let mut request = Request::get(target).body(Empty::<Bytes>::new())?;
+    *request.headers_mut() = headers.clone();
+    Ok(request)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1_000.0
+}
+
+/// `347 ms`, `≤ 347 ms` or `-20 ms`.
+fn budget_text(budget: Option<Budget>) -> String {
+    match budget {
+        None => "-".to_owned(),
+        Some(Budget::Sent(ms)) => format!("{ms} ms"),
+        Some(Budget::AtMost(ms)) => format!("≤ {ms} ms"),
+        Some(Budget::Over(ms)) => format!("-{ms} ms"),
+    }
+}
+
+/// The tree drawing before each hop's name: `├─ `, `└─ ` and the ancestors' `│  `.
+fn prefixes(hops: &[Hop]) -> Vec<String> {
+    let last = |i: usize| !hops[i + 1..].iter().any(|h| h.parent == hops[i].parent);
+    (0..hops.len())
+        .map(|i| {
+            let mut chain = Vec::new();
+            let mut at = hops[i].parent;
+            let mut child = i;
+            while let Some(parent) = at {
+                chain.push(child);
+                child = parent;
+                at = hops[parent].parent;
+            }
+            // `chain` holds i and its ancestors below the root, deepest first.
+            let mut out = String::new();
+            for (n, &node) in chain.iter().rev().enumerate() {
+                let is_self = n + 1 == chain.len();
+                out.push_str(match (is_self, last(node)) {
+                    (true, true) => "└─ ",
+                    (true, false) => "├─ ",
+                    (false, true) => "   ",
+                    (false, false) => "│  ",
+                });
+            }
+            out
+        })
+        .collect()
+}
+
+fn calls_text(hop: &Hop) -> String {
+    let calls: Vec<String> = hop
+        .calls
+        .iter()
+        .map(|c| {
+            let attempts = match c.attempts {
+                1 => "1 attempt".to_owned(),
+                n => format!("{n} attempts"),
+            };
+            format!(
+                "{}: {} in {} ms ({attempts})",
+                c.target,
+                c.outcome.as_deref().unwrap_or("?"),
+                c.ms
+            )
+        })
+        .collect();
+    calls.join("; ")
+}
+
+fn ran_out_text(hop: &Hop) -> &'static str {
+    let deadline = |p: &Option<deadline::trace::hops::Phase>| {
+        p.as_ref()
+            .is_some_and(|p| p.outcome.as_deref() == Some(deadline::trace::outcome::DEADLINE))
+    };
+    if deadline(&hop.queue) {
+        "← ran out waiting for a worker"
+    } else if deadline(&hop.work) {
+        "← ran out while working"
+    } else {
+        "← arrived with no time left"
+    }
+}
+
+/// The text report.
+fn report(
+    args: &CallArgs,
+    plan: &Plan,
+    answer: &Answer,
+    trace: Option<&Trace>,
+    hops: &[Hop],
+) -> String {
+    let mut out = String::new();
+    let budget = plan
+        .budget_ms
+        .map_or_else(|| "no budget".to_owned(), |ms| format!("budget {ms} ms"));
+    let _ = writeln!(
+        out,
+        "GET {} ({}), {budget}",
+        args.url,
+        args.protocol.as_str()
+    );
+    let _ = writeln!(
+        out,
+        "{} {} in {:.1} ms",
+        answer.status.as_u16(),
+        answer.status.canonical_reason().unwrap_or(""),
+        ms(answer.elapsed)
+    );
+    for line in answer.headers.get_all(SERVER_TIMING_HEADER) {
+        let _ = writeln!(
+            out,
+            "server-timing: {}",
+            String::from_utf8_lossy(line.as_bytes())
+        );
+    }
+    let body = String::from_utf8_lossy(&answer.body);
+    let body = body.trim_end();
+    if answer.body_cut {
+        let _ = writeln!(out, "body: (more than {MAX_BODY} bytes, not shown)");
+    } else if !body.is_empty() {
+        let shown: String = body.chars().take(500).collect();
+        let more = if shown.len() < body.len() { " …" } else { "" };
+        let _ = writeln!(out, "body: {shown}{more}");
+    }
+    let _ = writeln!(out);
+    let Some(trace) = trace else {
+        let _ = writeln!(
+            out,
+            "no Deadline-Trace in the answer: the server does not report what it did with the budget"
+        );
+        return out;
+    };
+    if hops.is_empty() {
+        let _ = writeln!(out, "the Deadline-Trace has no hops:\n{trace}");
+        return out;
+    }
+    let prefixes = prefixes(hops);
+    let names: Vec<String> = hops
+        .iter()
+        .zip(&prefixes)
+        .map(|(h, p)| format!("{p}{}", h.name))
+        .collect();
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(3)
+        .max(3);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>8}  {:>10}  {:>7}  {:>8}  {:>10}  calls",
+        "hop", "arrived", "budget", "queue", "work", "headroom"
+    );
+    for (hop, name) in hops.iter().zip(&names) {
+        let phase = |p: &Option<deadline::trace::hops::Phase>| {
+            p.as_ref()
+                .map_or_else(|| "-".to_owned(), |p| format!("{} ms", p.ms))
+        };
+        let pad = width - name.chars().count();
+        let mut line = format!(
+            "{name}{:pad$}  {:>8}  {:>10}  {:>7}  {:>8}  {:>10}  {}",
+            "",
+            format!("{} ms", hop.start_ms),
+            budget_text(hop.budget),
+            phase(&hop.queue),
+            phase(&hop.work),
+            // A hop that ran out used its budget up, whatever the bound says.
+            if hop.ran_out {
+                "none".to_owned()
+            } else {
+                budget_text(hop.headroom())
+            },
+            calls_text(hop),
+        );
+        if hop.ran_out {
+            let _ = write!(line, "  {}", ran_out_text(hop));
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    if hops
+        .iter()
+        .any(|h| matches!(h.budget, Some(Budget::AtMost(_))))
+    {
+        let _ = writeln!(
+            out,
+            "≤: an upper bound, what the caller had left when it sent the request. The trace carries\n   \
+             times, not budgets: a caller sends less (less its margin, at most its per-attempt timeout)."
+        );
+    }
+    if trace.dropped > 0 {
+        let _ = writeln!(out, "({} spans were dropped from the trace)", trace.dropped);
+    }
+    let _ = writeln!(out, "\ntrace:\n{trace}");
+    out
+}
+
+/// One hop in `--json`: the core's fields and its headroom.
+#[derive(serde::Serialize)]
+struct HopJson<'a> {
+    #[serde(flatten)]
+    hop: &'a Hop,
+    headroom: Option<Budget>,
+}
+
+/// The `--json` document.
+#[derive(serde::Serialize)]
+struct CallJson<'a> {
+    url: &'a str,
+    protocol: &'static str,
+    budget_ms: Option<u64>,
+    status: u16,
+    elapsed_ms: f64,
+    server_timing: Vec<String>,
+    body: String,
+    body_cut: bool,
+    trace: Option<&'a Trace>,
+    hops: Vec<HopJson<'a>>,
+    ran_out: Vec<&'a str>,
+}
+
+fn json<'a>(
+    args: &'a CallArgs,
+    plan: &Plan,
+    answer: &Answer,
+    trace: Option<&'a Trace>,
+    hops: &'a [Hop],
+) -> CallJson<'a> {
+    CallJson {
+        url: &args.url,
+        protocol: args.protocol.as_str(),
+        budget_ms: plan.budget_ms,
+        status: answer.status.as_u16(),
+        elapsed_ms: (ms(answer.elapsed) * 1_000.0).round() / 1_000.0,
+        server_timing: answer
+            .headers
+            .get_all(SERVER_TIMING_HEADER)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect(),
+        body: String::from_utf8_lossy(&answer.body).into_owned(),
+        body_cut: answer.body_cut,
+        trace,
+        hops: hops
+            .iter()
+            .map(|hop| HopJson {
+                hop,
+                headroom: hop.headroom(),
+            })
+            .collect(),
+        ran_out: hops
+            .iter()
+            .filter(|h| h.ran_out)
+            .map(|h| h.name.as_str())
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_header;
+
+    #[test]
+    fn headers_parse_or_say_what_is_wrong() {
+        let (name, value) = parse_header("X-Request-Id:  abc ").unwrap();
+        assert_eq!(
+            (name.as_str(), value.to_str().unwrap()),
+            ("x-request-id", "abc")
+        );
+        assert_eq!(parse_header("X-Empty:").unwrap().1, "");
+        let no_colon = parse_header("X-Request-Id abc").unwrap_err().to_string();
+        assert!(no_colon.contains("expected 'Name: value'"), "{no_colon}");
+        let bad_name = parse_header("Bad Name: x").unwrap_err().to_string();
+        assert!(bad_name.contains("is not a header name"), "{bad_name}");
+        let bad_value = parse_header("X-A: a\u{7f}b").unwrap_err().to_string();
+        assert!(bad_value.contains("cannot carry"), "{bad_value}");
+    }
+}

@@ -1,0 +1,135 @@
+//! The W3C `Server-Timing` header on every answer the layer gives: where this hop's time went,
+//! for a browser's developer tools.
+//!
+//! The value is `queue;dur=Q, work;dur=W, budget;dur=B`: the time the request waited for a
+//! worker slot, the time its work held one, and the budget it arrived with, all in milliseconds
+//! as the W3C grammar's `dur` parameter wants them. Queue and work are written with three
+//! fractional digits (microseconds: `queue;dur=0.004, work;dur=41.250`); the budget is whole
+//! milliseconds, as it travels (`budget;dur=200`, or `budget;dur=0` for one already spent). A
+//! request that came without a budget gets no `budget` metric at all, rather than a made-up
+//! number. A request answered on arrival (a malformed or spent budget) neither queued nor
+//! worked, so both are `0.000`.
+//!
+//! The grammar (W3C Server Timing, section 3):
+//!
+//! ```text
+//! Server-Timing             = #server-timing-metric
+//! server-timing-metric      = metric-name *( OWS ";" OWS server-timing-param )
+//! metric-name               = token
+//! server-timing-param       = server-timing-param-name OWS "=" OWS server-timing-param-value
+//! server-timing-param-name  = token
+//! server-timing-param-value = token / quoted-string
+//! ```
+//!
+//! Every name here is a fixed token and every number is digits and one dot, which are `tchar`,
+//! so the value is always a valid list; the tests parse it back with that grammar.
+//!
+//! The header is **appended**, never inserted: a `Server-Timing` the inner service wrote itself
+//! (its database time, say) stays, and a browser reads both header lines as one list.
+//!
+//! # Cost
+//!
+//! The value is written into a buffer on the stack with the project's own digit writer (no
+//! `fmt`), then copied once into the [`HeaderValue`]: one small allocation per answer, for the
+//! value itself. [`EnforceDeadlineLayer::server_timing(false)`](super::EnforceDeadlineLayer::server_timing)
+//! turns it off for services that do not want their timings shown to callers.
+
+use std::time::Duration;
+
+use deadline::decimal::Decimal;
+use http::{HeaderName, HeaderValue};
+
+use super::HopSettings;
+use super::hold::Hold;
+
+/// `Server-Timing`: the W3C header with this hop's queue and work time and the budget it
+/// arrived with, added to every answer of an [`EnforceDeadline`](super::EnforceDeadline)
+/// service unless [turned off](super::EnforceDeadlineLayer::server_timing).
+pub const SERVER_TIMING_HEADER: HeaderName = HeaderName::from_static("server-timing");
+
+/// The metric for the time spent waiting for a worker slot.
+pub const QUEUE_METRIC: &str = "queue";
+/// The metric for the time the work held a worker slot.
+pub const WORK_METRIC: &str = "work";
+/// The metric for the budget the request arrived with (absent without one).
+pub const BUDGET_METRIC: &str = "budget";
+
+/// The longest value: three metrics of at most `budget;dur=` + 20 digits + `.` + 3 digits, two
+/// `, ` separators.
+const MAX_LEN: usize = 3 * (7 + 4 + 20 + 1 + 3) + 2 * 2;
+
+/// This hop's `Server-Timing` from its `hold` so far, unless the layer has it turned off: for
+/// [`HeaderMap::extend`](http::HeaderMap::extend), which appends.
+pub(crate) fn header(settings: &HopSettings, hold: &Hold) -> Option<(HeaderName, HeaderValue)> {
+    settings.server_timing.then(|| {
+        (
+            SERVER_TIMING_HEADER,
+            value(hold.queued, hold.worked, hold.budget_ms),
+        )
+    })
+}
+
+/// `queue;dur=Q, work;dur=W[, budget;dur=B]`, with `queue` and `work` in milliseconds to three
+/// fractional digits and the budget in whole milliseconds.
+pub(crate) fn value(queue: Duration, work: Duration, budget_ms: Option<u64>) -> HeaderValue {
+    let mut out = Buf {
+        bytes: [0; MAX_LEN],
+        len: 0,
+    };
+    out.metric(QUEUE_METRIC);
+    out.millis(queue);
+    out.put(b", ");
+    out.metric(WORK_METRIC);
+    out.millis(work);
+    if let Some(budget) = budget_ms {
+        out.put(b", ");
+        out.metric(BUDGET_METRIC);
+        out.put(Decimal::new(budget).as_bytes());
+    }
+    // Only tokens, digits, `;=,. ` are written, all visible ASCII or space, and the bound above
+    // is exact, so this cannot fail; an empty value is a harmless fallback rather than a panic
+    // in a response path.
+    out.bytes
+        .get(..out.len)
+        .and_then(|bytes| HeaderValue::from_bytes(bytes).ok())
+        .unwrap_or_else(|| HeaderValue::from_static(""))
+}
+
+/// A fixed buffer on the stack; writes past its end are dropped (never reached: see `MAX_LEN`).
+struct Buf {
+    bytes: [u8; MAX_LEN],
+    len: usize,
+}
+
+impl Buf {
+    fn put(&mut self, bytes: &[u8]) {
+        let end = self.len.saturating_add(bytes.len());
+        if let Some(room) = self.bytes.get_mut(self.len..end) {
+            room.copy_from_slice(bytes);
+            self.len = end;
+        }
+    }
+
+    /// `name;dur=`
+    fn metric(&mut self, name: &str) {
+        self.put(name.as_bytes());
+        self.put(b";dur=");
+    }
+
+    /// `d` in milliseconds with three fractional digits (whole microseconds, rounded down).
+    fn millis(&mut self, d: Duration) {
+        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.put(Decimal::new(micros / 1_000).as_bytes());
+        let frac = micros % 1_000;
+        // Each digit is below 10, so the casts keep it whole.
+        self.put(&[
+            b'.',
+            b'0' + (frac / 100) as u8,
+            b'0' + (frac / 10 % 10) as u8,
+            b'0' + (frac % 10) as u8,
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests;
