@@ -143,8 +143,9 @@ pub(crate) struct LoadRun {
     pub(crate) queue: String,
     /// Whether inventory ran with predictive admission (never in the run without deadlines).
     pub(crate) admission: bool,
-    /// Users answered in time per second, from the first user sent to the last answered in
-    /// time (so the queue still draining after the last arrival neither flatters nor hurts it).
+    /// Users answered in time per second, over the arrivals' `--seconds` or, if longer, from the
+    /// first user sent to the last answered in time (so a queue still draining after the last
+    /// arrival does not count as extra capacity).
     goodput_per_s: f64,
     /// Inventory's nominal capacity: slots / fast work, per second.
     capacity_per_s: f64,
@@ -158,6 +159,9 @@ pub(crate) struct LoadRun {
     refused_p99_ms: u64,
     /// Requests inventory shed at admission (outcome `shed`).
     shed: usize,
+    /// How long inventory took to refuse what it shed, from arrival to refusal: the 99th
+    /// percentile, in ms (on arrival it is about 0; refused at the grant, the time queued).
+    shed_p99_ms: f64,
     /// Inventory worker time spent on users who were not answered in time, in ms.
     inventory_worker_ms_on_missed: f64,
 }
@@ -381,6 +385,7 @@ fn summarize(
         .map(|o| o.id.as_str())
         .collect();
     let inventory = || holds.iter().filter(|h| h.service == "inventory");
+    // `+ 0.0`: an empty sum of floats is -0.0.
     let inventory_worker_ms_on_missed: f64 = inventory()
         .filter(|h| {
             h.request_id
@@ -388,8 +393,13 @@ fn summarize(
                 .is_some_and(|id| missed.contains(id))
         })
         .map(HoldLine::worker_ms)
-        .sum();
-    let shed = inventory().filter(|h| h.outcome == "shed").count();
+        .sum::<f64>()
+        + 0.0;
+    let refusals: Vec<f64> = inventory()
+        .filter(|h| h.outcome == "shed")
+        .map(|h| h.queued_ms)
+        .collect();
+    let shed = refusals.len();
 
     let left: HashMap<&str, f64> = outcomes
         .iter()
@@ -473,7 +483,7 @@ fn summarize(
             QueueOrder::Fifo.to_string()
         },
         admission: deadlines && args.admission,
-        goodput_per_s: goodput(&outcomes),
+        goodput_per_s: goodput(&outcomes, args.seconds),
         capacity_per_s: args.slots as f64 * 1_000.0 / args.fast_work.max(1) as f64,
         in_time_p50_ms: in_time_latency.value_at_quantile(0.50),
         in_time_p99_ms: in_time_latency.value_at_quantile(0.99),
@@ -481,12 +491,14 @@ fn summarize(
         refused_p50_ms: refused_latency.value_at_quantile(0.50),
         refused_p99_ms: refused_latency.value_at_quantile(0.99),
         shed,
+        shed_p99_ms: percentile(refusals, 0.99),
         inventory_worker_ms_on_missed,
     }
 }
 
-/// Users answered in time per second, from the first send to the last in-time answer.
-fn goodput(outcomes: &[Outcome]) -> f64 {
+/// Users answered in time per second, over `seconds` of arrivals or, if longer, from the first
+/// send to the last in-time answer.
+fn goodput(outcomes: &[Outcome], seconds: f64) -> f64 {
     let first_send = outcomes
         .iter()
         .map(|o| o.sent_at)
@@ -497,10 +509,10 @@ fn goodput(outcomes: &[Outcome]) -> f64 {
         .map(|o| o.left_at_ms)
         .fold(f64::NEG_INFINITY, f64::max);
     let in_time = outcomes.iter().filter(|o| o.in_time).count();
-    if in_time == 0 || last_answer <= first_send {
+    if in_time == 0 {
         return 0.0;
     }
-    in_time as f64 / ((last_answer - first_send) / 1_000.0)
+    in_time as f64 / ((last_answer - first_send) / 1_000.0).max(seconds)
 }
 
 /// The `q` quantile (0 to 1) of `values`, nearest rank; 0 for none.

@@ -76,8 +76,10 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
             .collect(),
     );
     row(
-        "shed by inventory",
-        runs.iter().map(|r| r.shed.to_string()).collect(),
+        "shed by inventory, p99 wait",
+        runs.iter()
+            .map(|r| format!("{}, {:.1} ms", r.shed, r.shed_p99_ms))
+            .collect(),
     );
     row(
         "inventory work, missed users",
