@@ -72,7 +72,9 @@ pub(crate) enum State<B, E> {
     Start { slots: Option<Arc<Slots>> },
     /// Waiting in the slots' queue.
     Queued {
-        acquire: Waiter,
+        /// Boxed, as the semaphore's wait was: only a request that queues pays for it, and the
+        /// state (so every request's future) stays small.
+        acquire: Box<Waiter>,
         /// The hop is `queued` until this is dropped.
         _activity: ActivityGuard,
     },
@@ -127,8 +129,9 @@ pub(crate) enum Ending<B, E> {
     },
     /// The cutoff came at `now` while the work was doing `activity`.
     Cut { now: Instant, activity: Activity },
-    /// Refused at `now` by admission, on arrival or when granted a slot.
-    Shed { now: Instant, shed: Shed },
+    /// Refused at `now` by admission, on arrival or when granted a slot. Boxed, to keep every
+    /// `Ending` (and `Step`) small.
+    Shed { now: Instant, shed: Box<Shed> },
     /// Baseline mode: the spawned work ended (or the runtime cancelled it).
     #[cfg(feature = "baseline")]
     /// Boxed: it holds the hold's recorder, which would make every `Ending` (and `Step`) as
@@ -225,18 +228,18 @@ fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
     let permit = match slots {
         None => None,
         // Admission weighs the time left until the cutoff, when work must stop.
-        Some(slots) => match slots.arrive(reply.ctx.cutoff(), Instant::now()) {
+        Some(slots) => match slots.arrive(reply.ctx.cutoff()) {
             Arrival::Start(slot) => Some(slot),
             Arrival::Wait(acquire) => {
                 return Step::Next(State::Queued {
-                    acquire,
+                    acquire: Box::new(acquire),
                     _activity: reply.ctx.enter(Activity::Queued),
                 });
             }
             Arrival::Shed(shed) => {
                 return Step::End(Ending::Shed {
                     now: Instant::now(),
-                    shed,
+                    shed: Box::new(shed),
                 });
             }
         },
@@ -246,12 +249,12 @@ fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
 
 /// In the queue: start when a slot comes, give up at the cutoff.
 fn queued<B, E>(
-    acquire: &mut Waiter,
+    acquire: &mut Box<Waiter>,
     reply: &mut Reply,
     sleep: Pin<&mut Option<Sleep>>,
     cx: &mut Context<'_>,
 ) -> Step<B, E> {
-    match Pin::new(acquire).poll(cx) {
+    match Pin::new(&mut **acquire).poll(cx) {
         Poll::Ready(slot) => begin(Some(slot), reply),
         Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::GaveUp {
             now: Instant::now(),
@@ -303,8 +306,11 @@ fn begin<B, E>(mut permit: Option<Slot>, reply: &mut Reply) -> Step<B, E> {
         });
     }
     if let Some(slot) = permit.as_mut() {
-        if let Err(shed) = slot.begin(reply.ctx.cutoff(), now) {
-            return Step::End(Ending::Shed { now, shed });
+        if let Err(shed) = slot.begin(|| reply.ctx.cutoff(), now) {
+            return Step::End(Ending::Shed {
+                now,
+                shed: Box::new(shed),
+            });
         }
     }
     if let Some(recorder) = reply.recorder.as_mut() {

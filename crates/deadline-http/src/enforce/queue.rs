@@ -195,9 +195,9 @@ impl Slots {
         self.lock().free
     }
 
-    /// A request with `deadline` (if any) arrives at `now`: takes a free slot, joins the wait
-    /// list, or (with admission on) is shed.
-    pub(crate) fn arrive(self: &Arc<Self>, deadline: Option<Deadline>, now: Instant) -> Arrival {
+    /// A request with `deadline` (if any) arrives: takes a free slot, joins the wait list, or
+    /// (with admission on) is shed. The clock is read only to weigh a request for admission.
+    pub(crate) fn arrive(self: &Arc<Self>, deadline: Option<Deadline>) -> Arrival {
         let mut list = self.lock();
         if list.free > 0 {
             list.free -= 1;
@@ -214,13 +214,8 @@ impl Slots {
                 ahead,
                 slots: self.count,
             };
-            let decision = admission::admit(
-                queue,
-                &list.estimate,
-                deadline,
-                min_useful,
-                time::to_std(now),
-            );
+            let decision =
+                admission::admit(queue, &list.estimate, deadline, min_useful, time::now());
             if let Admission::Shed(shed) = decision {
                 return Arrival::Shed(shed);
             }
@@ -336,13 +331,17 @@ impl Slot {
         }
     }
 
-    /// The work of a request with `deadline` is about to start on this slot at `now`. With
-    /// admission on, a request that queued for the slot and has less than `min_useful` left is
-    /// shed instead (the slot then goes to the next waiter when dropped).
-    pub(crate) fn begin(&mut self, deadline: Option<Deadline>, now: Instant) -> Result<(), Shed> {
+    /// The work of a request with `deadline` (read only when needed) is about to start on this
+    /// slot at `now`. With admission on, a request that queued for the slot and has less than
+    /// `min_useful` left is shed instead (the slot then goes to the next waiter when dropped).
+    pub(crate) fn begin(
+        &mut self,
+        deadline: impl FnOnce() -> Option<Deadline>,
+        now: Instant,
+    ) -> Result<(), Shed> {
         if let (true, Some(min_useful)) = (self.queued, self.slots.min_useful) {
             if let Admission::Shed(shed) =
-                admission::admit_at_grant(deadline, min_useful, time::to_std(now))
+                admission::admit_at_grant(deadline(), min_useful, time::to_std(now))
             {
                 return Err(shed);
             }

@@ -61,11 +61,11 @@ fn served_order(busy: Slot, mut waiters: Vec<(&'static str, Waiter)>) -> Vec<&'s
 async fn fifo_serves_in_arrival_order_whatever_the_deadlines() {
     let now = Instant::now();
     let slots = slots(1, QueueOrder::Fifo, None);
-    let busy = start(slots.arrive(None, now));
+    let busy = start(slots.arrive(None));
     let waiters = vec![
-        ("late", wait(slots.arrive(deadline_in(now, ms(900)), now))),
-        ("none", wait(slots.arrive(None, now))),
-        ("soon", wait(slots.arrive(deadline_in(now, ms(100)), now))),
+        ("late", wait(slots.arrive(deadline_in(now, ms(900))))),
+        ("none", wait(slots.arrive(None))),
+        ("soon", wait(slots.arrive(deadline_in(now, ms(100))))),
     ];
     assert_eq!(served_order(busy, waiters), ["late", "none", "soon"]);
     assert_eq!(slots.free(), 1);
@@ -75,14 +75,14 @@ async fn fifo_serves_in_arrival_order_whatever_the_deadlines() {
 async fn edf_serves_the_earliest_deadline_first_and_the_deadline_less_last_in_arrival_order() {
     let now = Instant::now();
     let slots = slots(1, QueueOrder::Edf, None);
-    let busy = start(slots.arrive(None, now));
+    let busy = start(slots.arrive(None));
     let waiters = vec![
-        ("none-1", wait(slots.arrive(None, now))),
-        ("900", wait(slots.arrive(deadline_in(now, ms(900)), now))),
-        ("100-a", wait(slots.arrive(deadline_in(now, ms(100)), now))),
-        ("none-2", wait(slots.arrive(None, now))),
-        ("300", wait(slots.arrive(deadline_in(now, ms(300)), now))),
-        ("100-b", wait(slots.arrive(deadline_in(now, ms(100)), now))),
+        ("none-1", wait(slots.arrive(None))),
+        ("900", wait(slots.arrive(deadline_in(now, ms(900))))),
+        ("100-a", wait(slots.arrive(deadline_in(now, ms(100))))),
+        ("none-2", wait(slots.arrive(None))),
+        ("300", wait(slots.arrive(deadline_in(now, ms(300))))),
+        ("100-b", wait(slots.arrive(deadline_in(now, ms(100))))),
     ];
     assert_eq!(
         served_order(busy, waiters),
@@ -95,10 +95,10 @@ async fn edf_serves_the_earliest_deadline_first_and_the_deadline_less_last_in_ar
 async fn a_waiter_that_gives_up_leaves_the_list_at_once() {
     let now = Instant::now();
     let slots = slots(1, QueueOrder::Edf, None);
-    let busy = start(slots.arrive(None, now));
-    let mut first = wait(slots.arrive(deadline_in(now, ms(100)), now));
+    let busy = start(slots.arrive(None));
+    let mut first = wait(slots.arrive(deadline_in(now, ms(100))));
     assert!(poll(&mut first).is_none());
-    let second = wait(slots.arrive(deadline_in(now, ms(200)), now));
+    let second = wait(slots.arrive(deadline_in(now, ms(200))));
     drop(first);
     assert_eq!(
         slots.lock().waiting.len(),
@@ -112,11 +112,10 @@ async fn a_waiter_that_gives_up_leaves_the_list_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slot_granted_to_a_waiter_dropped_before_it_took_it_passes_on() {
-    let now = Instant::now();
     let slots = slots(1, QueueOrder::Fifo, None);
-    let busy = start(slots.arrive(None, now));
-    let granted = wait(slots.arrive(None, now));
-    let mut next = wait(slots.arrive(None, now));
+    let busy = start(slots.arrive(None));
+    let granted = wait(slots.arrive(None));
+    let mut next = wait(slots.arrive(None));
     drop(busy);
     assert_eq!(slots.lock().granted.len(), 1);
     drop(granted);
@@ -125,8 +124,8 @@ async fn a_slot_granted_to_a_waiter_dropped_before_it_took_it_passes_on() {
     drop(slot);
     assert_eq!(slots.free(), 1);
     // And with nobody left to pass it to, it is simply free again.
-    let busy = start(slots.arrive(None, now));
-    let granted = wait(slots.arrive(None, now));
+    let busy = start(slots.arrive(None));
+    let granted = wait(slots.arrive(None));
     drop(busy);
     drop(granted);
     assert_eq!(slots.free(), 1);
@@ -138,29 +137,29 @@ async fn admission_sheds_only_when_busy_after_a_sample_and_with_a_deadline() {
     let slots = slots(1, QueueOrder::Fifo, Some(ms(100)));
     let short = deadline_in(now, ms(150));
     // A free slot: never shed, however short the budget.
-    let mut busy = start(slots.arrive(deadline_in(now, ms(1)), now));
+    let mut busy = start(slots.arrive(deadline_in(now, ms(1))));
     // Busy, but no work time observed yet: queued.
-    let early = wait(slots.arrive(short, now));
+    let early = wait(slots.arrive(short));
     drop(early);
     // One 100 ms piece of work observed.
-    busy.begin(None, now).expect("started");
+    busy.begin(|| None, now).expect("started");
     tokio::time::advance(ms(100)).await;
     drop(busy);
     let now = Instant::now();
-    let _busy = start(slots.arrive(None, now));
+    let _busy = start(slots.arrive(None));
     // Expected wait 100 ms + 100 ms of work: 150 ms is not enough, 200 ms is.
-    match slots.arrive(deadline_in(now, ms(150)), now) {
+    match slots.arrive(deadline_in(now, ms(150))) {
         Arrival::Shed(shed) => {
             assert_eq!(shed.expected_wait(), ms(100));
             assert_eq!(shed.remaining(), ms(150));
         }
         _ => panic!("not shed"),
     }
-    let _fits = wait(slots.arrive(deadline_in(now, ms(200)), now));
+    let _fits = wait(slots.arrive(deadline_in(now, ms(200))));
     // Without a deadline, never.
-    let _none = wait(slots.arrive(None, now));
+    let _none = wait(slots.arrive(None));
     // One waiter ahead now (the deadline-less one is behind in EDF, ahead in FIFO): two rounds.
-    match slots.arrive(deadline_in(now, ms(350)), now) {
+    match slots.arrive(deadline_in(now, ms(350))) {
         Arrival::Shed(shed) => assert_eq!(shed.expected_wait(), ms(300)),
         _ => panic!("not shed"),
     }
@@ -170,36 +169,36 @@ async fn admission_sheds_only_when_busy_after_a_sample_and_with_a_deadline() {
 async fn edf_admission_counts_only_the_waiters_served_before() {
     let now = Instant::now();
     let slots = slots(1, QueueOrder::Edf, Some(ms(100)));
-    let mut busy = start(slots.arrive(None, now));
-    busy.begin(None, now).expect("started");
+    let mut busy = start(slots.arrive(None));
+    busy.begin(|| None, now).expect("started");
     tokio::time::advance(ms(100)).await;
     drop(busy);
     let now = Instant::now();
-    let _busy = start(slots.arrive(None, now));
-    let _late = wait(slots.arrive(deadline_in(now, ms(5_000)), now));
-    let _none = wait(slots.arrive(None, now));
+    let _busy = start(slots.arrive(None));
+    let _late = wait(slots.arrive(deadline_in(now, ms(5_000))));
+    let _none = wait(slots.arrive(None));
     // Nobody with an earlier deadline is waiting: one round, so 250 ms is enough.
-    let _urgent = wait(slots.arrive(deadline_in(now, ms(250)), now));
+    let _urgent = wait(slots.arrive(deadline_in(now, ms(250))));
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_grant_re_checks_with_the_time_really_left() {
     let now = Instant::now();
     let slots = slots(1, QueueOrder::Fifo, Some(ms(100)));
-    let busy = start(slots.arrive(None, now));
-    let mut waiter = wait(slots.arrive(deadline_in(now, ms(150)), now));
+    let busy = start(slots.arrive(None));
+    let mut waiter = wait(slots.arrive(deadline_in(now, ms(150))));
     tokio::time::advance(ms(60)).await;
     drop(busy);
     let mut slot = poll(&mut waiter).expect("granted");
     let shed = slot
-        .begin(deadline_in(now, ms(150)), Instant::now())
+        .begin(|| deadline_in(now, ms(150)), Instant::now())
         .expect_err("90 ms left is less than the 100 ms of work");
     assert_eq!(shed.remaining(), ms(90));
     drop(slot);
     assert_eq!(slots.free(), 1, "a slot never used is given back");
     // Taken straight from a free slot, the same request is not re-checked.
-    let mut slot = start(slots.arrive(deadline_in(now, ms(150)), Instant::now()));
-    slot.begin(deadline_in(now, ms(150)), Instant::now())
+    let mut slot = start(slots.arrive(deadline_in(now, ms(150))));
+    slot.begin(|| deadline_in(now, ms(150)), Instant::now())
         .expect("a free slot is never refused");
 }
 
