@@ -24,7 +24,7 @@ pub(crate) struct HoldLine {
     pub service: String,
     /// The request's `X-Request-Id`.
     pub request_id: Option<String>,
-    /// `ok`, `deadline`, `hung-up`, `rejected` or `error`.
+    /// `ok`, `deadline`, `hung-up`, `rejected`, `error` or `shed`.
     pub outcome: String,
     /// The status the service answered (or would have, had the caller waited).
     pub status: Option<u16>,

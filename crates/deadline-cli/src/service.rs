@@ -14,7 +14,7 @@ use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
-use deadline_http::enforce::{EnforceDeadlineLayer, Hold, REQUEST_ID_HEADER};
+use deadline_http::enforce::{EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER};
 use deadline_http::metrics::DeadlineMetrics;
 use deadline_http::propagate::DeadlineClient;
 use deadline_http::serve::ServeOptions;
@@ -50,6 +50,19 @@ pub(crate) struct ServiceArgs {
     /// Worker slots: requests beyond this wait, but only as long as their budget allows.
     #[arg(long)]
     pub slots: Option<usize>,
+    /// Order of the worker-slot queue: `fifo` (arrival order) or `edf` (earliest deadline first,
+    /// requests without a deadline last).
+    #[arg(long, default_value_t = QueueOrder::Fifo)]
+    pub queue: QueueOrder,
+    /// Predictive admission: when every slot is busy, refuse at once (503, `Retry-After: 0`) a
+    /// request whose expected wait for a slot would leave it less than
+    /// `--admission-min-useful` before its cutoff. Needs `--slots`.
+    #[arg(long)]
+    pub admission: bool,
+    /// With `--admission`: the least time in ms a request must have left for its work when it
+    /// starts (default: `--work`, the time the work takes).
+    #[arg(long)]
+    pub admission_min_useful: Option<u64>,
     /// Milliseconds kept back from each budget to write the reply.
     #[arg(long, default_value_t = 10)]
     pub reserve: u64,
@@ -138,6 +151,12 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     if args.slots == Some(0) {
         bail!("--slots must be at least 1");
     }
+    if args.admission && args.slots.is_none() {
+        bail!("--admission needs --slots: without a limit no request ever waits");
+    }
+    if args.admission_min_useful.is_some() && !args.admission {
+        bail!("--admission-min-useful needs --admission");
+    }
     if args.header_timeout == 0 {
         bail!("--header-timeout must be at least 1 ms");
     }
@@ -222,6 +241,11 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .skew_guard(args.dialects.guard())
         .record_metrics(&metrics)
         .server_timing(!args.no_server_timing);
+    enforce = enforce.queue(args.queue);
+    if args.admission {
+        let min_useful = args.admission_min_useful.unwrap_or(args.work);
+        enforce = enforce.admission(Duration::from_millis(min_useful));
+    }
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }

@@ -21,6 +21,7 @@ use std::future::{Ready, ready};
 use bytes::Bytes;
 use deadline::BUDGET_HEADER;
 use deadline_http::EnforceDeadlineLayer;
+use deadline_http::enforce::QueueOrder;
 use divan::{AllocProfiler, Bencher};
 use http::header::{CONTENT_TYPE, HOST};
 use http::{HeaderValue, Request, Response, Uri};
@@ -131,6 +132,29 @@ fn with_header_no_server_timing(bencher: Bencher<'_, '_>) {
 fn with_header_and_slots(bencher: Bencher<'_, '_>) {
     let service = EnforceDeadlineLayer::new("inventory")
         .slots(8)
+        .layer(handler());
+    run(bencher, service, Some("1950"));
+}
+
+/// As `with_header_and_slots`, served earliest deadline first (a slot is always free, so the
+/// wait list is never touched: this must cost what FIFO costs).
+#[divan::bench]
+fn with_header_and_slots_edf(bencher: Bencher<'_, '_>) {
+    let service = EnforceDeadlineLayer::new("inventory")
+        .slots(8)
+        .queue(QueueOrder::Edf)
+        .layer(handler());
+    run(bencher, service, Some("1950"));
+}
+
+/// As `with_header_and_slots_edf`, with predictive admission on (a free slot is never shed;
+/// the work time is read from the clock when the slot is given back).
+#[divan::bench]
+fn with_header_and_slots_edf_admission(bencher: Bencher<'_, '_>) {
+    let service = EnforceDeadlineLayer::new("inventory")
+        .slots(8)
+        .queue(QueueOrder::Edf)
+        .admission(std::time::Duration::from_millis(100))
         .layer(handler());
     run(bencher, service, Some("1950"));
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use deadline_http::enforce::QueueOrder;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -92,6 +93,14 @@ pub(crate) struct LoadArgs {
     /// Seed of the slow-request choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Inventory's worker-slot queue in the run with deadlines: `fifo` or `edf` (earliest
+    /// deadline first).
+    #[arg(long, default_value_t = QueueOrder::Fifo)]
+    queue: QueueOrder,
+    /// In the run with deadlines, inventory refuses at once (503) a request its queue could not
+    /// finish in time (predictive admission, for `--fast-work` of work).
+    #[arg(long)]
+    admission: bool,
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
@@ -133,6 +142,32 @@ pub(crate) struct LoadRun {
     /// What each service's own metrics (`GET /metrics`) said once the run drained, edge first:
     /// requests by outcome, 504s by phase, work after the caller left, headroom at reply.
     metrics: Vec<metrics::ServiceMetrics>,
+    /// Inventory's queue order (`fifo` or `edf`); the run without deadlines always waits in
+    /// arrival order.
+    pub(crate) queue: String,
+    /// Whether inventory ran with predictive admission (never in the run without deadlines).
+    pub(crate) admission: bool,
+    /// Users answered in time per second, over the arrivals' `--seconds` or, if longer, from the
+    /// first user sent to the last answered in time (so a queue still draining after the last
+    /// arrival does not count as extra capacity).
+    goodput_per_s: f64,
+    /// Inventory's nominal capacity: slots / fast work, per second.
+    capacity_per_s: f64,
+    /// The 50th and 99th percentile latency of the users answered in time, in ms.
+    in_time_p50_ms: u64,
+    in_time_p99_ms: u64,
+    /// Users who heard a refusal (any answer but 200) before their wait ran out.
+    refused: usize,
+    /// How fast refused users heard back: 50th and 99th percentile, in ms.
+    refused_p50_ms: u64,
+    refused_p99_ms: u64,
+    /// Requests inventory shed at admission (outcome `shed`).
+    shed: usize,
+    /// How long inventory took to refuse what it shed, from arrival to refusal: the 99th
+    /// percentile, in ms (on arrival it is about 0; refused at the grant, the time queued).
+    shed_p99_ms: f64,
+    /// Inventory worker time spent on users who were not answered in time, in ms.
+    inventory_worker_ms_on_missed: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -154,6 +189,8 @@ struct Outcome {
     sent_at: f64,
     lateness_ms: f64,
     in_time: bool,
+    /// The status heard before the wait ran out, if any.
+    status: Option<u16>,
     elapsed_ms: f64,
     /// When the user stopped waiting (epoch ms): answered or gave up.
     left_at_ms: f64,
@@ -229,7 +266,17 @@ async fn run_once(
     } else {
         "load-without"
     };
-    let hops = with_margin(scenario(args).hops(deadlines), args.margin);
+    let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
+    if deadlines {
+        if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+            inventory
+                .args
+                .extend(["--queue".to_owned(), args.queue.to_string()]);
+            if args.admission {
+                inventory.args.push("--admission".to_owned());
+            }
+        }
+    }
     let chain = Chain::start(label, &hops, placement).await?;
     let client = user_client();
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
@@ -264,6 +311,7 @@ async fn run_once(
                 let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;
                 Outcome {
                     in_time: user.status == Some(200),
+                    status: user.status,
                     id,
                     sent_at: user.sent_ms,
                     lateness_ms,
@@ -322,11 +370,42 @@ fn summarize(
         .filter(|(o, s)| !**s && !o.in_time)
         .count();
 
-    let mut latency =
-        Histogram::<u64>::new_with_bounds(1, 3_600_000, 3).expect("valid histogram bounds");
+    let histogram =
+        || Histogram::<u64>::new_with_bounds(1, 3_600_000, 3).expect("valid histogram bounds");
+    let (mut latency, mut in_time_latency, mut refused_latency) =
+        (histogram(), histogram(), histogram());
+    let mut refused = 0;
     for o in &outcomes {
-        let _ = latency.record((o.elapsed_ms.round() as u64).max(1));
+        let ms = (o.elapsed_ms.round() as u64).max(1);
+        let _ = latency.record(ms);
+        if o.in_time {
+            let _ = in_time_latency.record(ms);
+        } else if o.status.is_some() {
+            refused += 1;
+            let _ = refused_latency.record(ms);
+        }
     }
+    let missed: std::collections::HashSet<&str> = outcomes
+        .iter()
+        .filter(|o| !o.in_time)
+        .map(|o| o.id.as_str())
+        .collect();
+    let inventory = || holds.iter().filter(|h| h.service == "inventory");
+    // `+ 0.0`: an empty sum of floats is -0.0.
+    let inventory_worker_ms_on_missed: f64 = inventory()
+        .filter(|h| {
+            h.request_id
+                .as_deref()
+                .is_some_and(|id| missed.contains(id))
+        })
+        .map(HoldLine::worker_ms)
+        .sum::<f64>()
+        + 0.0;
+    let refusals: Vec<f64> = inventory()
+        .filter(|h| h.outcome == "shed")
+        .map(|h| h.queued_ms)
+        .collect();
+    let shed = refusals.len();
 
     let left: HashMap<&str, f64> = outcomes
         .iter()
@@ -405,7 +484,42 @@ fn summarize(
             .collect(),
         hygiene: Vec::new(),
         metrics: Vec::new(),
+        queue: if deadlines {
+            args.queue.to_string()
+        } else {
+            QueueOrder::Fifo.to_string()
+        },
+        admission: deadlines && args.admission,
+        goodput_per_s: goodput(&outcomes, args.seconds),
+        capacity_per_s: args.slots as f64 * 1_000.0 / args.fast_work.max(1) as f64,
+        in_time_p50_ms: in_time_latency.value_at_quantile(0.50),
+        in_time_p99_ms: in_time_latency.value_at_quantile(0.99),
+        refused,
+        refused_p50_ms: refused_latency.value_at_quantile(0.50),
+        refused_p99_ms: refused_latency.value_at_quantile(0.99),
+        shed,
+        shed_p99_ms: percentile(refusals, 0.99),
+        inventory_worker_ms_on_missed,
     }
+}
+
+/// Users answered in time per second, over `seconds` of arrivals or, if longer, from the first
+/// send to the last in-time answer.
+fn goodput(outcomes: &[Outcome], seconds: f64) -> f64 {
+    let first_send = outcomes
+        .iter()
+        .map(|o| o.sent_at)
+        .fold(f64::INFINITY, f64::min);
+    let last_answer = outcomes
+        .iter()
+        .filter(|o| o.in_time)
+        .map(|o| o.left_at_ms)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let in_time = outcomes.iter().filter(|o| o.in_time).count();
+    if in_time == 0 {
+        return 0.0;
+    }
+    in_time as f64 / ((last_answer - first_send) / 1_000.0).max(seconds)
 }
 
 /// The `q` quantile (0 to 1) of `values`, nearest rank; 0 for none.
@@ -533,7 +647,7 @@ fn exit(checking: bool, passed: bool) -> ExitCode {
 impl LoadArgs {
     fn describe(&self) -> String {
         format!(
-            "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}); users wait {} ms",
+            "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}), queue {}{}; users wait {} ms",
             self.rate,
             self.seconds,
             self.slots,
@@ -541,6 +655,12 @@ impl LoadArgs {
             self.slow_share * 100.0,
             self.slow_work,
             self.seed,
+            self.queue,
+            if self.admission {
+                " with admission"
+            } else {
+                ""
+            },
             self.user_wait
         )
     }

@@ -14,7 +14,7 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
         .iter()
         .map(|r| {
             if r.deadlines {
-                "with".to_owned()
+                format!("with, {}{}", r.queue, if r.admission { "+adm" } else { "" })
             } else {
                 "without".to_owned()
             }
@@ -50,6 +50,41 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
         "user latency p50 / p99",
         runs.iter()
             .map(|r| format!("{} / {} ms", r.latency_p50_ms, r.latency_p99_ms))
+            .collect(),
+    );
+    row(
+        "goodput / capacity",
+        runs.iter()
+            .map(|r| format!("{:.1} / {:.0}/s", r.goodput_per_s, r.capacity_per_s))
+            .collect(),
+    );
+    row(
+        "in-time latency p50 / p99",
+        runs.iter()
+            .map(|r| format!("{} / {} ms", r.in_time_p50_ms, r.in_time_p99_ms))
+            .collect(),
+    );
+    row(
+        "refused: n, p50 / p99",
+        runs.iter()
+            .map(|r| {
+                format!(
+                    "{}, {} / {} ms",
+                    r.refused, r.refused_p50_ms, r.refused_p99_ms
+                )
+            })
+            .collect(),
+    );
+    row(
+        "shed by inventory, p99 wait",
+        runs.iter()
+            .map(|r| format!("{}, {:.1} ms", r.shed, r.shed_p99_ms))
+            .collect(),
+    );
+    row(
+        "inventory work, missed users",
+        runs.iter()
+            .map(|r| format!("{:.1} s", r.inventory_worker_ms_on_missed / 1_000.0))
             .collect(),
     );
     row(

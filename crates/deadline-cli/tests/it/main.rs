@@ -1,6 +1,7 @@
 //! Integration tests of the `deadline` binary, run as real processes on loopback with real time:
 //! they assert statuses, counts and orderings, with generous bounds on times.
 
+mod admission;
 mod bench;
 mod call;
 mod demo;

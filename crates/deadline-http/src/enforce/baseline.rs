@@ -95,7 +95,7 @@ where
         let permit = match slots {
             Some(slots) => {
                 let _queued = task_ctx.enter(Activity::Queued);
-                slots.acquire_owned().await.ok()
+                Some(slots.acquire().await)
             }
             None => None,
         };

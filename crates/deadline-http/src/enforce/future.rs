@@ -22,10 +22,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use deadline::admission::Shed;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::task::futures::TaskLocalFuture;
 use tokio::time::{Instant, Sleep};
 use tower::util::Oneshot;
@@ -34,14 +34,13 @@ use super::HopSettings;
 use super::body::EnforceBody;
 use super::hold::{HoldOutcome, Recorder};
 use super::hop_trace::trace_header;
+use super::queue::{Arrival, Slot, Slots, Waiter};
 use super::server_timing;
 use crate::context::{Activity, ActivityGuard, DeadlineContext};
 
 /// The inner service's work for one request (a `oneshot` call: readiness, then the call),
 /// inside the request's context scope.
 pub type ScopedWork<S, R> = TaskLocalFuture<Option<DeadlineContext>, Oneshot<S, Request<R>>>;
-
-type BoxAcquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
 pin_project! {
     /// The response future of [`EnforceDeadline`](super::EnforceDeadline).
@@ -65,23 +64,25 @@ pin_project! {
     }
 }
 
-/// The states of a [`ResponseFuture`]. Every future in them is boxed, so the enum is `Unpin`:
+/// The states of a [`ResponseFuture`]. Every future in them is `Unpin`, so the enum is too:
 /// it sits in a pinned field, is matched through `get_mut` and replaced with `set`.
 pub(crate) enum State<B, E> {
     /// Answered on arrival (400 or 504); the inner service is never called.
     Reject { status: StatusCode, message: String },
     /// Not polled yet: takes a slot (or queues for one) on the first poll.
-    Start { slots: Option<Arc<Semaphore>> },
-    /// Waiting in the slots' FIFO queue.
+    Start { slots: Option<Arc<Slots>> },
+    /// Waiting in the slots' queue.
     Queued {
-        acquire: BoxAcquire,
+        /// Boxed, as the semaphore's wait was: only a request that queues pays for it, and the
+        /// state (so every request's future) stays small.
+        acquire: Box<Waiter>,
         /// The hop is `queued` until this is dropped.
         _activity: ActivityGuard,
     },
     /// The inner service runs, racing the cutoff.
     Running {
         /// The worker slot, released when the work ends.
-        _permit: Option<OwnedSemaphorePermit>,
+        _permit: Option<Slot>,
     },
     /// Baseline mode: the work runs on its own task, whatever happens to this future.
     #[cfg(feature = "baseline")]
@@ -129,6 +130,9 @@ pub(crate) enum Ending<B, E> {
     },
     /// The cutoff came at `now` while the work was doing `activity`.
     Cut { now: Instant, activity: Activity },
+    /// Refused at `now` by admission, on arrival or when granted a slot. Boxed, to keep every
+    /// `Ending` (and `Step`) small.
+    Shed { now: Instant, shed: Box<Shed> },
     /// Baseline mode: the spawned work ended (or the runtime cancelled it).
     #[cfg(feature = "baseline")]
     /// Boxed: it holds the hold's recorder, which would make every `Ending` (and `Step`) as
@@ -163,7 +167,7 @@ impl<B, E, F> ResponseFuture<B, E, F> {
     }
 
     /// A request whose `work` waits for one of `slots` (if any), then runs until the cutoff.
-    pub(crate) fn run(reply: Reply, work: F, slots: Option<Arc<Semaphore>>) -> Self {
+    pub(crate) fn run(reply: Reply, work: F, slots: Option<Arc<Slots>>) -> Self {
         ResponseFuture::new(State::Start { slots }, Some(work), reply)
     }
 
@@ -220,18 +224,23 @@ where
     }
 }
 
-/// First poll: take a free slot and start, or join the queue.
-fn start<B, E>(slots: Option<Arc<Semaphore>>, reply: &mut Reply) -> Step<B, E> {
+/// First poll: take a free slot and start, join the queue, or (admission) be shed.
+fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
     let permit = match slots {
         None => None,
-        Some(slots) => match slots.clone().try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            // The semaphore is never closed; if it were, run unlimited.
-            Err(TryAcquireError::Closed) => None,
-            Err(TryAcquireError::NoPermits) => {
+        // Admission weighs the time left until the cutoff, when work must stop.
+        Some(slots) => match slots.arrive(reply.ctx.cutoff()) {
+            Arrival::Start(slot) => Some(slot),
+            Arrival::Wait(acquire) => {
                 return Step::Next(State::Queued {
-                    acquire: Box::pin(slots.acquire_owned()),
+                    acquire: Box::new(acquire),
                     _activity: reply.ctx.enter(Activity::Queued),
+                });
+            }
+            Arrival::Shed(shed) => {
+                return Step::End(Ending::Shed {
+                    now: Instant::now(),
+                    shed: Box::new(shed),
                 });
             }
         },
@@ -241,14 +250,13 @@ fn start<B, E>(slots: Option<Arc<Semaphore>>, reply: &mut Reply) -> Step<B, E> {
 
 /// In the queue: start when a slot comes, give up at the cutoff.
 fn queued<B, E>(
-    acquire: &mut BoxAcquire,
+    acquire: &mut Box<Waiter>,
     reply: &mut Reply,
     sleep: Pin<&mut Option<Sleep>>,
     cx: &mut Context<'_>,
 ) -> Step<B, E> {
-    match acquire.as_mut().poll(cx) {
-        // `Err` only if the semaphore were closed, which it never is.
-        Poll::Ready(permit) => begin(permit.ok(), reply),
+    match Pin::new(&mut **acquire).poll(cx) {
+        Poll::Ready(slot) => begin(Some(slot), reply),
         Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::GaveUp {
             now: Instant::now(),
             activity: reply.ctx.activity(),
@@ -287,8 +295,9 @@ where
 }
 
 /// Starts the work with `permit`, unless the cutoff has already passed (a slot that came free at
-/// the cutoff itself is too late): nothing starts after its deadline.
-fn begin<B, E>(permit: Option<OwnedSemaphorePermit>, reply: &mut Reply) -> Step<B, E> {
+/// the cutoff itself is too late): nothing starts after its deadline. With admission on, a
+/// request that queued is shed instead if too little time is left for the work.
+fn begin<B, E>(mut permit: Option<Slot>, reply: &mut Reply) -> Step<B, E> {
     let now = Instant::now();
     if reply.cutoff.is_some_and(|cutoff| now >= cutoff) {
         // Too late: the work and the slot go unused.
@@ -296,6 +305,14 @@ fn begin<B, E>(permit: Option<OwnedSemaphorePermit>, reply: &mut Reply) -> Step<
             now,
             activity: Activity::Queued,
         });
+    }
+    if let Some(slot) = permit.as_mut() {
+        if let Err(shed) = slot.begin(|| reply.ctx.cutoff(), now) {
+            return Step::End(Ending::Shed {
+                now,
+                shed: Box::new(shed),
+            });
+        }
     }
     if let Some(recorder) = reply.recorder.as_mut() {
         recorder.start(now);
@@ -354,6 +371,11 @@ impl Reply {
                 recorder.end(now);
                 Ok(self.deadline(recorder, &activity))
             }
+            Ending::Shed { now, shed } => {
+                let mut recorder = self.take_recorder();
+                recorder.left_queue(now);
+                Ok(super::queue::shed_answer(self, recorder, &shed))
+            }
             #[cfg(feature = "baseline")]
             Ending::Baseline(joined) => super::baseline::answer(self, *joined),
         }
@@ -396,8 +418,8 @@ impl Reply {
         Response::from_parts(parts, EnforceBody::inner(body, recorder))
     }
 
-    /// One of the layer's own answers (400 or 504), with this hop's trace.
-    fn own_answer<B>(
+    /// One of the layer's own answers (400, 503 or 504), with this hop's trace.
+    pub(crate) fn own_answer<B>(
         &self,
         mut recorder: Recorder,
         status: StatusCode,

@@ -29,10 +29,14 @@ pub enum HoldOutcome {
     Rejected,
     /// The inner service returned an error, or answered with a 5xx other than 504.
     Error,
+    /// Refused by predictive admission (503, `Retry-After: 0`): on arrival, because its
+    /// expected wait for a slot would leave too little of its budget, or when granted a slot
+    /// with too little left. It never worked.
+    Shed,
 }
 
 impl HoldOutcome {
-    /// A short lowercase token: `ok`, `deadline`, `hung-up`, `rejected` or `error`.
+    /// A short lowercase token: `ok`, `deadline`, `hung-up`, `rejected`, `error` or `shed`.
     pub fn as_str(self) -> &'static str {
         match self {
             HoldOutcome::Ok => outcome::OK,
@@ -40,6 +44,7 @@ impl HoldOutcome {
             HoldOutcome::HungUp => outcome::HUNG_UP,
             HoldOutcome::Rejected => "rejected",
             HoldOutcome::Error => outcome::ERROR,
+            HoldOutcome::Shed => outcome::SHED,
         }
     }
 
@@ -155,6 +160,7 @@ struct Counters {
     hung_up: AtomicU64,
     rejected: AtomicU64,
     error: AtomicU64,
+    shed: AtomicU64,
     queue_give_ups: AtomicU64,
     replies_unwritten: AtomicU64,
     worker_time_us: AtomicU64,
@@ -171,6 +177,7 @@ impl HoldMetrics {
             hung_up: get(&c.hung_up),
             rejected: get(&c.rejected),
             error: get(&c.error),
+            shed: get(&c.shed),
             queue_give_ups: get(&c.queue_give_ups),
             replies_unwritten: get(&c.replies_unwritten),
             worker_time: Duration::from_micros(get(&c.worker_time_us)),
@@ -185,6 +192,7 @@ impl HoldMetrics {
             HoldOutcome::HungUp => &c.hung_up,
             HoldOutcome::Rejected => &c.rejected,
             HoldOutcome::Error => &c.error,
+            HoldOutcome::Shed => &c.shed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if hold.outcome == HoldOutcome::Deadline && hold.work_start.is_none() {
@@ -212,6 +220,8 @@ pub struct HoldSnapshot {
     pub rejected: u64,
     /// Holds that ended [`HoldOutcome::Error`].
     pub error: u64,
+    /// Requests [`HoldOutcome::Shed`] by admission.
+    pub shed: u64,
     /// Requests that ran out of time before their work started: they gave up their place in the
     /// queue, or got a slot too late to start. Also counted in `deadline`.
     pub queue_give_ups: u64,
@@ -229,6 +239,7 @@ impl HoldSnapshot {
             .saturating_add(self.hung_up)
             .saturating_add(self.rejected)
             .saturating_add(self.error)
+            .saturating_add(self.shed)
     }
 }
 
@@ -237,7 +248,7 @@ impl fmt::Display for HoldSnapshot {
         write!(
             f,
             "{} requests: {} ok, {} deadline ({} before starting), {} hung up, {} rejected, \
-             {} error; {} replies not written; worker time {:.3} s",
+             {} error, {} shed; {} replies not written; worker time {:.3} s",
             self.holds(),
             self.ok,
             self.deadline,
@@ -245,6 +256,7 @@ impl fmt::Display for HoldSnapshot {
             self.hung_up,
             self.rejected,
             self.error,
+            self.shed,
             self.replies_unwritten,
             self.worker_time.as_secs_f64()
         )

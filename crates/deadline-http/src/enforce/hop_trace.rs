@@ -28,6 +28,9 @@ pub(crate) fn trace_header(
                 end_ms: ms(hold.work_end.unwrap_or(end)),
                 outcome: hold.outcome.as_str(),
             },
+            None if hold.outcome == HoldOutcome::Shed => HopWork::Shed {
+                queued_ms: ms(hold.arrival + hold.queued),
+            },
             None => HopWork::GaveUp {
                 queued_ms: ms(hold.arrival + hold.queued),
             },

@@ -8,9 +8,9 @@ use deadline::Budget;
 use deadline::absolute::SkewGuard;
 use deadline::inbound::{Source, SourceSet};
 use deadline::trace::{MAX_NAME_LEN, sanitize_name};
-use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
+use super::queue::{QueueOrder, Slots};
 use super::{EnforceDeadline, Hold, HoldMetrics, HopSettings};
 
 /// Builds [`EnforceDeadline`] services: put it **outermost**, so the time a request waits for a
@@ -61,6 +61,8 @@ impl EnforceDeadlineLayer {
                 max_budget: Budget::DEFAULT_MAX,
                 reserve: Self::DEFAULT_RESERVE,
                 slots: None,
+                queue: QueueOrder::Fifo,
+                min_useful: None,
                 #[cfg(feature = "baseline")]
                 enforce: true,
                 grpc_timeout: false,
@@ -86,15 +88,52 @@ impl EnforceDeadlineLayer {
         self
     }
 
-    /// At most `slots` requests work at once (default: no limit). The others wait in arrival
-    /// order, each only for as long as its budget allows. Clamped to at least 1 (zero slots
-    /// would never serve anyone) and to tokio's semaphore maximum.
+    /// At most `slots` requests work at once (default: no limit). The others wait in the
+    /// [`queue`](Self::queue) order (arrival order by default), each only for as long as its
+    /// budget allows. Clamped to at least 1 (zero slots would never serve anyone) and to
+    /// `u32::MAX`.
     ///
     /// The slots belong to this layer value: every clone of it, and every service it makes,
-    /// shares them. Calling `slots` again makes a fresh set.
+    /// shares them. Calling `slots`, [`queue`](Self::queue) or [`admission`](Self::admission)
+    /// again makes a fresh set.
     pub fn slots(mut self, slots: usize) -> Self {
-        let slots = slots.clamp(1, Semaphore::MAX_PERMITS);
-        self.settings.slots = Some(Arc::new(Semaphore::new(slots)));
+        self.settings.slots = Some(Arc::new(Slots::new(
+            slots,
+            self.settings.queue,
+            self.settings.min_useful,
+        )));
+        self
+    }
+
+    /// The order in which requests waiting for a slot are served: [`QueueOrder::Fifo`] (the
+    /// default) or [`QueueOrder::Edf`], earliest deadline first (requests without a deadline
+    /// after those with one, in arrival order). Only matters with [`slots`](Self::slots).
+    pub fn queue(mut self, order: QueueOrder) -> Self {
+        self.settings.queue = order;
+        self.remake_slots()
+    }
+
+    /// Predictive admission: a request that arrives when every slot is busy, and whose expected
+    /// wait for one (`ceil((waiters ahead + 1) / slots)` times a moving average of recent work
+    /// times) would leave it less than `min_useful` before its cutoff, is refused at once with
+    /// 503 and `Retry-After: 0` (outcome `shed`) instead of queuing to fail later. A request that
+    /// queued is checked again when it is granted a slot, with the time really left. Nothing is
+    /// shed while a slot is free, before any work time has been observed, or without a
+    /// deadline. Default off; only matters with [`slots`](Self::slots).
+    ///
+    /// `min_useful` is the least time the work needs to be worth starting: the work's usual
+    /// duration is a good value.
+    pub fn admission(mut self, min_useful: Duration) -> Self {
+        self.settings.min_useful = Some(min_useful);
+        self.remake_slots()
+    }
+
+    /// A fresh set of slots with the current settings, if the layer has slots.
+    fn remake_slots(mut self) -> Self {
+        if let Some(slots) = &self.settings.slots {
+            let count = slots.count();
+            self = self.slots(count);
+        }
         self
     }
 

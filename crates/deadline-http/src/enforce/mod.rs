@@ -10,10 +10,12 @@
 //! 2. sets the deadline at arrival + budget and the *cutoff* at the deadline less the reply
 //!    reserve (10 ms by default), so the 504 still reaches the caller in time. A budget no
 //!    larger than the reserve is answered 504 on arrival too.
-//! 3. if the layer has worker [`slots`](EnforceDeadlineLayer::slots), waits for one in a fair
-//!    FIFO queue, but only until the cutoff: then it leaves the queue and answers 504, with the
-//!    time queued in its trace. A slot that comes free at the cutoff itself is too late: nothing
-//!    starts after its deadline.
+//! 3. if the layer has worker [`slots`](EnforceDeadlineLayer::slots), waits for one in a queue
+//!    served in arrival order or earliest deadline first ([`queue`](EnforceDeadlineLayer::queue)),
+//!    but only until the cutoff: then it leaves the queue and answers 504, with the time queued
+//!    in its trace. A slot that comes free at the cutoff itself is too late: nothing starts after
+//!    its deadline. With [`admission`](EnforceDeadlineLayer::admission) on, a request that could
+//!    not finish after its expected wait is answered 503 at once (outcome `shed`).
 //! 4. runs the inner service with the request's [`DeadlineContext`] as the task-local current
 //!    context (so outbound calls pick up what is left of the budget) and in the request
 //!    extensions (with the [`Deadline`], for extractors), racing it against the same cutoff.
@@ -135,6 +137,7 @@ mod hold;
 mod hop_trace;
 mod layer;
 mod phase;
+mod queue;
 pub mod server_timing;
 pub mod sources;
 
@@ -146,7 +149,6 @@ use std::time::Duration;
 use deadline::header::BudgetValue;
 use deadline::{Budget, Deadline};
 use http::{HeaderName, Request, Response, StatusCode};
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
@@ -155,12 +157,14 @@ pub use body::EnforceBody;
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
 pub use phase::Phase;
+pub use queue::{QueueOrder, UnknownQueueOrder};
 pub use server_timing::SERVER_TIMING_HEADER;
 
 use crate::context::DeadlineContext;
 use crate::time;
 use future::{Reply, ResponseFuture, ScopedWork};
 use hold::Recorder;
+use queue::Slots;
 
 /// `X-Request-Id`: read into each [`Hold`] report, so reports from different hops can be joined.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -176,7 +180,11 @@ pub(crate) struct HopSettings {
     trace_name: String,
     max_budget: Budget,
     reserve: Duration,
-    slots: Option<Arc<Semaphore>>,
+    slots: Option<Arc<Slots>>,
+    /// The order the slots' waiters are served in.
+    queue: QueueOrder,
+    /// Predictive admission's least useful budget, when it is on.
+    min_useful: Option<Duration>,
     /// `false` in baseline mode.
     #[cfg(feature = "baseline")]
     enforce: bool,
@@ -197,10 +205,7 @@ impl fmt::Debug for HopSettings {
             .field("trace_name", &self.trace_name)
             .field("max_budget", &self.max_budget)
             .field("reserve", &self.reserve)
-            .field(
-                "slots_free",
-                &self.slots.as_ref().map(|s| s.available_permits()),
-            );
+            .field("slots_free", &self.slots.as_ref().map(|s| s.free()));
         #[cfg(feature = "baseline")]
         debug.field("enforce", &self.enforce);
         debug

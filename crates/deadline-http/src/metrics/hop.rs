@@ -72,6 +72,7 @@ impl Outcome {
                 Some(StatusCode::GATEWAY_TIMEOUT) => Outcome::ExpiredOnArrival,
                 _ => Outcome::Rejected,
             },
+            HoldOutcome::Shed => Outcome::Shed,
             HoldOutcome::Error => Outcome::Error,
         }
     }

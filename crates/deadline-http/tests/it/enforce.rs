@@ -897,7 +897,7 @@ async fn outcomes_follow_the_handlers_answer() {
     );
     assert_eq!(
         snapshot.to_string(),
-        "5 requests: 1 ok, 1 deadline (0 before starting), 0 hung up, 0 rejected, 3 error; \
+        "5 requests: 1 ok, 1 deadline (0 before starting), 0 hung up, 0 rejected, 3 error, 0 shed; \
          1 replies not written; worker time 0.000 s"
     );
 }

@@ -7,4 +7,5 @@ mod loopback_client;
 mod loopback_server;
 mod metrics;
 mod propagate;
+mod queue;
 mod server_timing;

@@ -226,3 +226,179 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A request whose budget covers the worst case the estimate allows (every busy worker and
+    /// every waiter ahead working the full mean, then its own `min_useful`) is never shed, and
+    /// one that is shed would really miss in that worst case.
+    #[test]
+    fn a_request_that_would_certainly_finish_is_never_shed(
+        n_slots in 1u32..=16,
+        mean_ms in 1u64..=2_000,
+        ahead in 0usize..=200,
+        min_useful_ms in 1u64..=500,
+        slack_ms in 0u64..=5_000,
+        short_ms in 1u64..=5_000,
+    ) {
+        let t0 = origin();
+        let (mean, min_useful) = (ms(mean_ms), ms(min_useful_ms));
+        let estimate = estimate_of(mean);
+        let worst_start = simulated_start(&vec![mean; n_slots as usize], &vec![mean; ahead]);
+        let certain = worst_start + min_useful + ms(slack_ms);
+        let deadline = Some(Deadline::after_duration(t0, certain));
+        prop_assert_eq!(admit(busy(ahead, n_slots), &estimate, deadline, min_useful, t0), Admission::Admit);
+        let short = (worst_start + min_useful).saturating_sub(ms(short_ms));
+        let deadline = Some(Deadline::after_duration(t0, short));
+        prop_assert!(matches!(admit(busy(ahead, n_slots), &estimate, deadline, min_useful, t0), Admission::Shed(_)));
+    }
+}
+
+/// What a simulated overload run did: inventory's shape (8 slots, every request 100 ms of work,
+/// `min_useful` 100 ms, 1000 ms budgets), arrivals evenly spaced, a first-in-first-out queue,
+/// and admission fed a work-time estimate `bias` times the real work time.
+#[derive(Debug, Default)]
+struct Simulated {
+    in_time: u64,
+    shed_on_arrival: u64,
+    shed_at_grant: u64,
+    /// Refused on arrival although, served in order, it would have started in time.
+    shed_needlessly: u64,
+    missed_after_starting: u64,
+    seconds: f64,
+}
+
+impl Simulated {
+    /// Requests answered in time per second, as a share of the 80/s capacity.
+    fn goodput_share(&self) -> f64 {
+        self.in_time as f64 / self.seconds / 80.0
+    }
+}
+
+fn simulate(load: f64, bias: f64) -> Simulated {
+    const SLOTS: usize = 8;
+    let work = ms(100);
+    let (budget, min_useful) = (ms(1_000), ms(100));
+    let t0 = origin();
+    let mut estimate = WorkTimeEstimate::new();
+    let mut free_at = vec![t0; SLOTS];
+    let mut queue: std::collections::VecDeque<(Instant, Deadline)> = Default::default();
+    let mut out = Simulated::default();
+    let arrivals = (80.0 * load * 10.0) as u32; // ten seconds
+    let period = Duration::from_secs_f64(1.0 / (80.0 * load));
+    // Starts every queued request a slot frees for by `until`.
+    let serve = |queue: &mut std::collections::VecDeque<(Instant, Deadline)>,
+                 free_at: &mut Vec<Instant>,
+                 estimate: &mut WorkTimeEstimate,
+                 out: &mut Simulated,
+                 until: Instant| {
+        while let Some(&(arrived, deadline)) = queue.front() {
+            let (slot, free) = free_at
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|&(_, t)| t)
+                .expect("slots");
+            let start = free.max(arrived);
+            if start > until {
+                break;
+            }
+            queue.pop_front();
+            if let Admission::Shed(_) = admit_at_grant(Some(deadline), min_useful, start) {
+                out.shed_at_grant += 1;
+                continue;
+            }
+            free_at[slot] = start + work;
+            estimate.observe(work.mul_f64(bias));
+            if start + work <= deadline.instant() {
+                out.in_time += 1;
+            } else {
+                out.missed_after_starting += 1;
+            }
+        }
+    };
+    for i in 0..arrivals {
+        let now = t0 + period * i;
+        serve(&mut queue, &mut free_at, &mut estimate, &mut out, now);
+        let deadline = Deadline::after_duration(now, budget);
+        let state = QueueState {
+            free_slot: queue.is_empty() && free_at.iter().any(|&t| t <= now),
+            ahead: queue.len(),
+            slots: slots(SLOTS as u32),
+        };
+        match admit(state, &estimate, Some(deadline), min_useful, now) {
+            Admission::Admit => queue.push_back((now, deadline)),
+            Admission::Shed(_) => {
+                out.shed_on_arrival += 1;
+                // Served in order behind the queue, when would it have started?
+                let mut free = free_at.clone();
+                for _ in 0..=queue.len() {
+                    let (slot, t) = free
+                        .iter()
+                        .copied()
+                        .enumerate()
+                        .min_by_key(|&(_, t)| t)
+                        .expect("slots");
+                    free[slot] = t.max(now) + work;
+                }
+                let start = free.iter().copied().max().expect("slots") - work;
+                if start + min_useful <= deadline.instant() {
+                    out.shed_needlessly += 1;
+                }
+            }
+        }
+    }
+    serve(
+        &mut queue,
+        &mut free_at,
+        &mut estimate,
+        &mut out,
+        t0 + ms(3_600_000),
+    );
+    out.seconds = 10.0;
+    out
+}
+
+#[test]
+fn simulated_overload_keeps_goodput_at_capacity_even_with_an_estimate_wrong_by_two() {
+    for load in [2.0, 4.0] {
+        for bias in [0.5, 1.0, 2.0] {
+            let run = simulate(load, bias);
+            // Nothing started is cut: the grant re-check refuses what could not finish.
+            assert_eq!(
+                run.missed_after_starting, 0,
+                "{load}x, bias {bias}: {run:?}"
+            );
+            assert!(run.goodput_share() >= 0.95, "{load}x, bias {bias}: {run:?}");
+            if bias <= 1.0 {
+                assert_eq!(run.shed_needlessly, 0, "{load}x, bias {bias}: {run:?}");
+            }
+        }
+        // An estimate twice too high refuses on arrival requests that would have started in
+        // time, but the queue it keeps (half as deep) still keeps every worker busy.
+        let high = simulate(load, 2.0);
+        assert!(high.shed_needlessly > 0, "{high:?}");
+        // An estimate twice too low admits requests that then wait and are refused only at
+        // the grant: those are the slow refusals.
+        let low = simulate(load, 0.5);
+        assert!(low.shed_at_grant > 0, "{low:?}");
+        assert_eq!(simulate(load, 1.0).shed_at_grant, 0);
+    }
+}
+
+#[test]
+fn below_capacity_nothing_is_shed_whatever_the_estimate() {
+    for bias in [0.5, 1.0, 2.0] {
+        let run = simulate(0.9, bias);
+        assert_eq!(
+            (
+                run.shed_on_arrival,
+                run.shed_at_grant,
+                run.missed_after_starting
+            ),
+            (0, 0, 0),
+            "bias {bias}: {run:?}"
+        );
+    }
+}

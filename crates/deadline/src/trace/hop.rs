@@ -10,7 +10,7 @@ use http::HeaderValue;
 
 use super::encode::{Caps, Fields, StackBuf, Visit, walk_recorded, write_element};
 use super::name::{QUEUE, WORK};
-use super::outcome::DEADLINE;
+use super::outcome::{DEADLINE, SHED};
 use super::{MAX_ENCODED_LEN, Recorded, Span, Trace};
 
 /// A hop's own spans for one request: a root named after the hop from its arrival (0) to the
@@ -54,6 +54,12 @@ pub enum HopWork<'a> {
     /// `queued_ms`, outcome `deadline`.
     GaveUp {
         /// When it stopped waiting, in ms since arrival.
+        queued_ms: u64,
+    },
+    /// Refused by admission control at `queued_ms` (0 when refused on arrival) without working:
+    /// a `queue` span from arrival to `queued_ms`, outcome `shed`.
+    Shed {
+        /// When it was refused, in ms since arrival.
         queued_ms: u64,
     },
     /// Worked from `start_ms` to `end_ms`: a `queue` span from arrival to `start_ms`, then a
@@ -107,6 +113,9 @@ impl HopTrace<'_> {
             HopWork::GaveUp { queued_ms } => {
                 root.push(Span::new(QUEUE, 0, queued_ms).with_outcome(DEADLINE));
             }
+            HopWork::Shed { queued_ms } => {
+                root.push(Span::new(QUEUE, 0, queued_ms).with_outcome(SHED));
+            }
             HopWork::Worked {
                 start_ms,
                 end_ms,
@@ -141,6 +150,9 @@ impl HopTrace<'_> {
             HopWork::GaveUp { queued_ms } => {
                 visit.element(1, field(QUEUE, 0, queued_ms, Some(DEADLINE)));
             }
+            HopWork::Shed { queued_ms } => {
+                visit.element(1, field(QUEUE, 0, queued_ms, Some(SHED)));
+            }
             HopWork::Worked {
                 start_ms,
                 end_ms,
@@ -159,6 +171,9 @@ impl HopTrace<'_> {
             HopWork::None => {}
             HopWork::GaveUp { queued_ms } => {
                 write_element(out, 1, QUEUE, 0, queued_ms, Some(DEADLINE));
+            }
+            HopWork::Shed { queued_ms } => {
+                write_element(out, 1, QUEUE, 0, queued_ms, Some(SHED));
             }
             HopWork::Worked {
                 start_ms,
@@ -184,6 +199,8 @@ mod tests {
         let works = [
             HopWork::None,
             HopWork::GaveUp { queued_ms: 290 },
+            HopWork::Shed { queued_ms: 0 },
+            HopWork::Shed { queued_ms: 40 },
             HopWork::GaveUp {
                 queued_ms: u64::MAX,
             },

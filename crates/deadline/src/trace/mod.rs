@@ -251,6 +251,8 @@ pub mod outcome {
     pub const INVALID: &str = "invalid";
     /// The caller went away before the answer was ready.
     pub const HUNG_UP: &str = "hung-up";
+    /// Refused by admission control: the request could not have finished in time.
+    pub const SHED: &str = "shed";
 }
 
 /// The `Deadline-Trace` response header name.
