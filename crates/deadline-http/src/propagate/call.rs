@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use deadline::plan::backoff::{Delayed, PacedDecision};
+use deadline::plan::retry::LastAnswer;
 use deadline::trace::outcome;
-use deadline::{CallPolicy, Deadline, Decision, Plan, Stop};
+use deadline::{CallPolicy, Deadline, Plan, Stop};
 use http::{Request, Response};
 use tokio::time::Instant;
 use tokio::time::error::Elapsed;
@@ -12,6 +14,7 @@ use tower_service::Service;
 
 use super::attempt::{AttemptRequests, authority_name};
 use super::record::CallRecord;
+use super::retry::{self, Retries};
 use super::{Target, UNNAMED_TARGET};
 use crate::context::DeadlineContext;
 use crate::error::{AttemptSkipped, BoxError, CallError, DeadlineExceeded};
@@ -26,11 +29,13 @@ pub(super) struct Call<S, B> {
     /// The configured target; the URI's authority is only looked up when a name is needed.
     pub(super) target: Option<Target>,
     pub(super) context: Option<DeadlineContext>,
+    /// Backoff, retry budgets and draws, shared by the client's clones.
+    pub(super) retries: Arc<Retries>,
 }
 
 /// How the last attempt that did not succeed ended.
 enum Failure<RB> {
-    /// A 5xx response, kept to return if no further attempt is sent.
+    /// A 5xx response (or a 429 with a pushback), kept to return if no further attempt is sent.
     Response(Response<RB>),
     /// The inner service failed.
     Error(BoxError),
@@ -57,19 +62,36 @@ where
             deadline,
             target,
             context,
+            retries,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
         // into its last attempt): without either, only an error message would ever read it.
         let (mut target, mut record) = start_record(target, context, &request);
+        // The retry budget's key: the configured target, or the URI's authority.
+        let budget_key: Arc<str> = match &target {
+            Some(target) => Arc::clone(target),
+            None => Arc::from(authority_name(&request)),
+        };
         let mut requests = AttemptRequests::new(request, policy.attempts(), explicit);
         let mut plan = Plan::new(policy);
         let mut last: Option<Failure<RB>> = None;
+        let mut answer = LastAnswer::default();
         loop {
             let now = Instant::now();
-            let attempt = match requests.plan(&mut plan, deadline, now) {
-                Decision::Send(attempt) => attempt,
-                Decision::Stop(stop) => {
+            let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, &budget_key);
+            let (sent_at, attempt) = match decision {
+                PacedDecision::Send(Delayed { delay, attempt }) if delay.is_zero() => {
+                    (now, attempt)
+                }
+                PacedDecision::Send(Delayed { delay, attempt }) => {
+                    // The backoff (or the callee's pushback): the planner already spent it from
+                    // the budget, and planned the attempt as of when it ends.
+                    let at = now + delay;
+                    tokio::time::sleep_until(at).await;
+                    (at, attempt)
+                }
+                PacedDecision::Stop(stop) => {
                     let target = || match (&target, requests.original()) {
                         (Some(target), _) => String::from(&**target),
                         (None, Some(request)) => authority_name(request).to_owned(),
@@ -92,8 +114,8 @@ where
             let Some(attempt_request) = requests.next(plan.sent(), attempt.budget) else {
                 continue;
             };
-            let _calling = record.as_mut().map(|record| record.begin(now));
-            let outcome = tokio::time::timeout_at(now + attempt.wait, async {
+            let _calling = record.as_mut().map(|record| record.begin(sent_at));
+            let outcome = tokio::time::timeout_at(sent_at + attempt.wait, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
                 ready.call(attempt_request).await.map_err(Into::into)
             })
@@ -101,7 +123,13 @@ where
             let capped = attempt.wait < policy.timeout();
             match judge(outcome, Instant::now(), record.as_mut(), capped) {
                 Ok(response) => return Ok(response),
-                Err(failure) => last = Some(failure),
+                Err(failure) => {
+                    answer = match &failure {
+                        Failure::Response(response) => retry::answer_of(response, attempt.budget),
+                        _ => LastAnswer::default(),
+                    };
+                    last = Some(failure);
+                }
             }
         }
     }
@@ -146,7 +174,7 @@ fn judge<RB>(
             if let Some(record) = &mut record {
                 record.end_with_response(end, &response);
             }
-            if response.status().is_server_error() {
+            if response.status().is_server_error() || retry::retryable_4xx(&response) {
                 return Err(Failure::Response(response));
             }
             if let Some(record) = record {
@@ -178,7 +206,7 @@ fn stopped<RB>(
     policy: &CallPolicy,
     target: impl FnOnce() -> String,
 ) -> Result<Response<RB>, CallError> {
-    let out_of_time = matches!(stop, Stop::NotEnoughTime { .. });
+    let out_of_time = stop.reason().is_out_of_time();
     let deadline = || CallError::DeadlineExceeded(DeadlineExceeded::calling(target(), sent, stop));
     match last {
         None => Err(CallError::AttemptSkipped(AttemptSkipped::new(sent, stop))),

@@ -83,13 +83,14 @@ impl CallRecord {
         stop: Stop,
         result: &Result<Response<RB>, CallError>,
     ) {
-        if let Stop::NotEnoughTime { .. } = stop {
-            // The planner refused an attempt: a zero-length `skipped` span.
+        if let Some(word) = stop.reason().span_outcome() {
+            // The planner (or the retry budget) refused an attempt: a zero-length span saying
+            // why (`skipped`, `throttled`, ...).
             let at = self.context.ms_since_arrival(now);
             self.call.attempts.push(AttemptSpan {
                 start_ms: at,
                 end_ms: at,
-                outcome: Outcome::Word(outcome::SKIPPED),
+                outcome: Outcome::Word(word),
                 callee: None,
             });
         }

@@ -5,3 +5,4 @@ mod http_memory;
 mod loopback_client;
 mod loopback_server;
 mod propagate;
+mod retries;

@@ -11,8 +11,8 @@
 //! delay before the retry is then **at least** the pushback (the jittered backoff is drawn as
 //! usual and the larger of the two is slept), and, like the backoff, it is spent from the budget:
 //! when the retry would not fit after it, the call ends now with
-//! [`Stop::PushbackTooLong`](super::Stop::PushbackTooLong), without sleeping. A negative
-//! `grpc-retry-pushback-ms` means "do not retry" ([`Stop::DoNotRetry`](super::Stop::DoNotRetry)).
+//! [`Stop::PushbackTooLong`], without sleeping. A negative
+//! `grpc-retry-pushback-ms` means "do not retry" ([`Stop::DoNotRetry`]).
 //! An HTTP date in `Retry-After` is not read: it would need a wall clock, and it only ever
 //! says "later than any deadline worth keeping" in practice.
 //!
@@ -38,14 +38,14 @@
 //! # What stopped a call
 //!
 //! [`StopReason`] names why a call sent no further attempt, one value per kind of
-//! [`Stop`](super::Stop), for counting: metrics can count skipped attempts by reason without
+//! [`Stop`], for counting: metrics can count skipped attempts by reason without
 //! matching every field.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::backoff::{Backoff, Delayed, PacedDecision};
-use super::{CallPolicy, Decision, Stop, decide};
+use super::{CallPolicy, Decision, Plan, Stop, decide};
 use crate::budget::{Budget, Deadline};
 
 /// The gRPC retry-pushback header (milliseconds; negative means "do not retry").
@@ -209,6 +209,35 @@ pub fn decide_retry(
         }),
     };
     apply_504_rule(decision, rules, last, first)
+}
+
+impl Plan {
+    /// Decides the next attempt with [`decide_retry`]; a retry (not the first attempt) the
+    /// planner would send is then offered to `admit` (a retry budget, say), and when refused
+    /// the call stops with [`Stop::Throttled`] instead. A `Send` counts as sent.
+    pub fn next_retry(
+        &mut self,
+        rules: &RetryRules,
+        deadline: Option<Deadline>,
+        now: Instant,
+        draw: u32,
+        last: &LastAnswer,
+        admit: impl FnOnce(&Delayed) -> bool,
+    ) -> PacedDecision {
+        let decision = decide_retry(&self.policy, rules, self.sent, deadline, now, draw, last);
+        match decision {
+            PacedDecision::Send(delayed) if self.sent > 0 && !admit(&delayed) => {
+                PacedDecision::Stop(Stop::Throttled {
+                    attempt: delayed.attempt.number,
+                })
+            }
+            PacedDecision::Send(_) => {
+                self.sent += 1;
+                decision
+            }
+            PacedDecision::Stop(_) => decision,
+        }
+    }
 }
 
 /// Turns a planned retry after a callee's 504 into a stop when its budget is too small.

@@ -206,6 +206,29 @@ fn every_reason_has_its_own_name_and_span_word() {
     );
 }
 
+#[test]
+fn a_refused_retry_is_throttled_and_not_counted() {
+    let t0 = origin();
+    let mut plan = Plan::new(CallPolicy::new(ms(1_000), 3).unwrap());
+    let rules = RetryRules::default();
+    let none = LastAnswer::default();
+    // The first attempt is never offered to the budget.
+    let first = plan.next_retry(&rules, None, t0, 0, &none, |_| unreachable!());
+    assert!(matches!(first, PacedDecision::Send(_)));
+    assert_eq!(
+        plan.next_retry(&rules, None, t0, 0, &none, |_| false),
+        PacedDecision::Stop(Stop::Throttled { attempt: 2 })
+    );
+    assert_eq!(plan.sent(), 1);
+    let mut offered = None;
+    let second = plan.next_retry(&rules, None, t0, 0, &none, |d| {
+        offered = Some(d.attempt.number);
+        true
+    });
+    assert!(matches!(second, PacedDecision::Send(_)));
+    assert_eq!((offered, plan.sent()), (Some(2), 2));
+}
+
 fn backoffs() -> impl Strategy<Value = Backoff> {
     (0u64..=500_000, 0u64..=2_000_000).prop_map(|(base_us, extra_us)| {
         let base = Duration::from_micros(base_us);
@@ -265,7 +288,7 @@ proptest! {
                         }
                         Stop::CalleeOutOfTime { spent, next, .. } => {
                             prop_assert_eq!(last.deadline_504, Some(spent));
-                            prop_assert!(u64::from(next.as_millis()) * 1_000 < u64::from(spent.as_millis()) * u64::from(per_mille));
+                            prop_assert!(next.as_millis() * 1_000 < spent.as_millis() * u64::from(per_mille));
                         }
                         _ => {}
                     }
@@ -285,7 +308,7 @@ proptest! {
                         let floor = match last.pushback { Pushback::After(p) => p, _ => Duration::ZERO };
                         prop_assert!(delay <= backoff.ceiling(sent).max(floor));
                         if let (Some(spent), Some(next)) = (last.deadline_504, attempt.budget) {
-                            prop_assert!(u64::from(next.as_millis()) * 1_000 >= u64::from(spent.as_millis()) * u64::from(per_mille));
+                            prop_assert!(next.as_millis() * 1_000 >= spent.as_millis() * u64::from(per_mille));
                         }
                     }
                     let after = now + delay;
