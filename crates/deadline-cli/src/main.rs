@@ -8,6 +8,7 @@ mod harness;
 mod holds;
 mod hygiene;
 mod load;
+mod outage;
 mod placement;
 mod service;
 mod shutdown;

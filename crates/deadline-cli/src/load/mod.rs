@@ -6,6 +6,7 @@
 //! struggles and hide the effect being measured. The generator reports its achieved rate and
 //! worst send lateness so a run can show it kept up.
 
+mod outage;
 mod table;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use crate::harness::{
 };
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
+use crate::outage::{BudgetArg, Window};
 use crate::placement::{Placement, PlacementArgs};
 use crate::slowness::is_slow;
 use crate::svg;
@@ -91,6 +93,23 @@ pub(crate) struct LoadArgs {
     /// Seed of the slow-request choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Inventory answers 503 to every call from START for SECONDS (START:SECONDS, counted
+    /// from the first user); the report adds the calls per user request on the inventory link.
+    #[arg(long)]
+    outage: Option<Window>,
+    /// Gateway and orders do not budget their retries (each call still stops at its attempts).
+    #[arg(long, conflicts_with = "retry_budget")]
+    no_retry_budget: bool,
+    /// Retry budget of gateway and orders: RATIO,PER_SECOND over 10 s (default 0.2,10).
+    #[arg(long)]
+    retry_budget: Option<BudgetArg>,
+    /// Inventory chooses slow requests afresh for every attempt rather than once per request.
+    #[arg(long)]
+    slow_per_attempt: bool,
+    /// Gateway and orders hedge their calls: a delay in ms, or pNN for a latency percentile
+    /// they observe (see `deadline service --hedge`).
+    #[arg(long)]
+    hedge: Option<String>,
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
@@ -129,6 +148,10 @@ pub(crate) struct LoadRun {
     /// Each service's tasks, open descriptors and requests in flight, idle before the run and
     /// after it drained, edge first (see `deadline service`'s `GET /debug/runtime`).
     hygiene: Vec<ServiceHygiene>,
+    /// Calls inventory received per user request sent during the outage (with `--outage`).
+    pub(crate) calls_per_request_in_outage: Option<f64>,
+    /// The outage in detail (with `--outage`).
+    outage: Option<outage::OutageFigures>,
 }
 
 #[derive(Debug, Serialize)]
@@ -226,6 +249,7 @@ async fn run_once(
         "load-without"
     };
     let hops = with_margin(scenario(args).hops(deadlines), args.margin);
+    let hops = outage::with_retry_flags(hops, args);
     let chain = Chain::start(label, &hops, placement).await?;
     let client = user_client();
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
@@ -364,6 +388,11 @@ fn summarize(
         by_second[s].1 += 1;
     }
 
+    let by_second: Vec<f64> = by_second
+        .iter()
+        .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
+        .collect();
+    let outage = outage::figures(args, &outcomes, holds, start_wall, &by_second);
     LoadRun {
         deadlines,
         requests,
@@ -393,11 +422,12 @@ fn summarize(
         services: Vec::new(),
         generator_cpu_ms: None,
         generator_peak_rss_kib: None,
-        in_time_share_by_second: by_second
-            .iter()
-            .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
-            .collect(),
+        in_time_share_by_second: by_second,
         hygiene: Vec::new(),
+        calls_per_request_in_outage: outage
+            .as_ref()
+            .map(|o| o.inventory_calls as f64 / o.users as f64),
+        outage,
     }
 }
 
@@ -525,7 +555,25 @@ fn exit(checking: bool, passed: bool) -> ExitCode {
 
 impl LoadArgs {
     fn describe(&self) -> String {
-        format!(
+        let mut extra = String::new();
+        if let Some(window) = self.outage {
+            extra.push_str(&format!(
+                "; inventory down from {} s for {} s",
+                window.start, window.seconds
+            ));
+        }
+        if self.no_retry_budget {
+            extra.push_str("; no retry budget");
+        } else if let Some(budget) = self.retry_budget {
+            extra.push_str(&format!("; retry budget {budget}"));
+        }
+        if self.slow_per_attempt {
+            extra.push_str("; slowness per attempt");
+        }
+        if let Some(hedge) = &self.hedge {
+            extra.push_str(&format!("; hedge {hedge}"));
+        }
+        let base = format!(
             "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}); users wait {} ms",
             self.rate,
             self.seconds,
@@ -535,6 +583,7 @@ impl LoadArgs {
             self.slow_work,
             self.seed,
             self.user_wait
-        )
+        );
+        base + &extra
     }
 }
