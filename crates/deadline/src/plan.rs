@@ -35,11 +35,13 @@ use std::time::{Duration, Instant};
 use crate::budget::{Budget, Deadline};
 
 pub mod backoff;
+pub mod hedge;
 pub mod retry;
 pub mod retry_budget;
 pub mod share;
 
 pub use backoff::{Backoff, BackoffError, Delayed, PacedDecision, decide_paced};
+pub use hedge::{HedgeDelay, Latencies, decide_hedge};
 pub use retry::{Callee504, LastAnswer, Pushback, RetryRules, StopReason, decide_retry};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use share::{Share, ShareError};

@@ -34,7 +34,7 @@ pub(super) struct Call<S, B> {
 }
 
 /// How the last attempt that did not succeed ended.
-enum Failure<RB> {
+pub(super) enum Failure<RB> {
     /// A 5xx response (or a 429 with a pushback), kept to return if no further attempt is sent.
     Response(Response<RB>),
     /// The inner service failed.
@@ -46,7 +46,7 @@ enum Failure<RB> {
 
 impl<S, B, RB> Call<S, B>
 where
-    S: Service<Request<B>, Response = Response<RB>> + Send,
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send,
     S::Future: Send,
     S::Error: Into<BoxError>,
     B: Clone + Send,
@@ -54,6 +54,9 @@ where
 {
     /// Plans, sends and judges attempts until one is returned or the planner stops.
     pub(super) async fn run(self) -> Result<Response<RB>, CallError> {
+        if let Some(delay) = self.retries.hedge_for(&self.request, &self.policy) {
+            return self.run_hedged(delay).await;
+        }
         let Call {
             mut inner,
             policy,
@@ -137,7 +140,7 @@ where
 
 /// The downstream's name (when it is already known or a context needs it) and the call's
 /// record (inside a context).
-fn start_record<B>(
+pub(super) fn start_record<B>(
     target: Option<Target>,
     context: Option<DeadlineContext>,
     request: &Request<B>,
@@ -199,7 +202,7 @@ fn judge<RB>(
 
 /// The call's result once the planner sends no more attempts (`target` names the downstream,
 /// for the deadline error's message).
-fn stopped<RB>(
+pub(super) fn stopped<RB>(
     last: Option<Failure<RB>>,
     sent: u32,
     stop: Stop,

@@ -7,7 +7,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::{Backoff, Callee504, PropagateDeadline, RetryBudgetConfig};
+use super::{Backoff, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
 use crate::error::CallError;
 
 /// The pooled HTTP/1 client [`DeadlineClient`] wraps.
@@ -89,6 +89,14 @@ impl DeadlineClient {
     pub fn retry_budget(self, budget: Option<RetryBudgetConfig>) -> DeadlineClient {
         DeadlineClient {
             service: self.service.retry_budget(budget),
+        }
+    }
+
+    /// Hedges idempotent calls after `delay` (see [`PropagateDeadline::hedge`]).
+    #[must_use = "this returns the client with hedging set; the original is unchanged"]
+    pub fn hedge(self, delay: Option<HedgeDelay>) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.hedge(delay),
         }
     }
 

@@ -4,7 +4,7 @@ use tower_layer::Layer;
 use std::sync::Arc;
 
 use super::retry::Retries;
-use super::{Backoff, Callee504, PropagateDeadline, RetryBudgetConfig, Target};
+use super::{Backoff, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig, Target};
 
 /// Wraps a client service in [`PropagateDeadline`]: every call carries what is left of the
 /// current deadline, is retried by the call planner, and is recorded in the hop's trace.
@@ -46,6 +46,12 @@ impl PropagateDeadlineLayer {
     /// [`PropagateDeadline::retry_budget`]). Every service the layer makes shares it.
     pub fn retry_budget(mut self, budget: Option<RetryBudgetConfig>) -> PropagateDeadlineLayer {
         self.retries = Retries::new(self.retries.settings().with_budget(budget));
+        self
+    }
+
+    /// Hedges idempotent calls after `delay` (see [`PropagateDeadline::hedge`]).
+    pub fn hedge(mut self, delay: Option<HedgeDelay>) -> PropagateDeadlineLayer {
+        self.retries = Retries::new(self.retries.settings().with_hedge(delay));
         self
     }
 

@@ -179,6 +179,7 @@ mod attempt;
 mod call;
 mod client;
 pub mod future;
+mod hedge;
 mod layer;
 mod record;
 mod retry;
@@ -200,6 +201,7 @@ pub use self::retry::RetrySettings;
 use crate::context::DeadlineContext;
 use crate::error::{BoxError, CallError};
 pub use deadline::plan::backoff::Backoff;
+pub use deadline::plan::hedge::HedgeDelay;
 pub use deadline::plan::retry::Callee504;
 pub use deadline::plan::retry_budget::RetryBudgetConfig;
 
@@ -293,6 +295,17 @@ impl<S> PropagateDeadline<S> {
     #[must_use = "this returns the service with the rule set; the original is unchanged"]
     pub fn callee_504(mut self, rule: Callee504) -> PropagateDeadline<S> {
         self.retries = Retries::new(self.retries.settings().with_callee_504(rule));
+        self
+    }
+
+    /// Hedges idempotent calls (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`): when no
+    /// answer came within `delay`, another attempt is sent if the planner has time for it and
+    /// the retry budget allows it; the first usable answer wins and the others are cancelled.
+    /// `None` (the default) does not hedge. Starts new retry budgets, shared by the clones made
+    /// from here on.
+    #[must_use = "this returns the service with hedging set; the original is unchanged"]
+    pub fn hedge(mut self, delay: Option<HedgeDelay>) -> PropagateDeadline<S> {
+        self.retries = Retries::new(self.retries.settings().with_hedge(delay));
         self
     }
 

@@ -100,6 +100,38 @@ impl CallRecord {
         });
     }
 
+    /// The hop is calling the target until the guard is dropped (for a hedged call, whose
+    /// attempts are recorded with [`attempt`](Self::attempt) once they end).
+    pub(super) fn calling(&self) -> ActivityGuard {
+        self.context.enter_calling(Arc::clone(&self.target))
+    }
+
+    /// One attempt of a hedged call, from `start` to `end`, ended with `outcome`; a response's
+    /// callee trace goes under it.
+    pub(super) fn attempt<RB>(
+        &mut self,
+        start: Instant,
+        end: Instant,
+        outcome: Result<&Response<RB>, &'static str>,
+    ) {
+        let (outcome, callee) = match outcome {
+            Ok(response) => (
+                Outcome::Status(response.status()),
+                response
+                    .headers()
+                    .get(TRACE_HEADER)
+                    .map(|value| EncodedTrace::new(value.clone())),
+            ),
+            Err(word) => (Outcome::Word(word), None),
+        };
+        self.call.attempts.push(AttemptSpan {
+            start_ms: self.context.ms_since_arrival(start),
+            end_ms: self.context.ms_since_arrival(end),
+            outcome,
+            callee,
+        });
+    }
+
     /// The call ends with `response`.
     pub(super) fn finish_with<RB>(&mut self, response: &Response<RB>) {
         self.outcome = Some(Outcome::Status(response.status()));

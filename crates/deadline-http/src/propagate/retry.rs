@@ -22,8 +22,11 @@ use deadline::plan::retry::{
     parse_retry_after,
 };
 use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
-use deadline::{Budget, Deadline, Plan, Stop};
-use http::{Response, StatusCode};
+use std::time::Duration;
+
+use deadline::plan::hedge::{HedgeDelay, Latencies};
+use deadline::{Budget, CallPolicy, Deadline, Plan, Stop};
+use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use super::attempt::AttemptRequests;
@@ -36,6 +39,7 @@ const MAX_BUDGETS: usize = 256;
 pub struct RetrySettings {
     rules: RetryRules,
     budget: Option<RetryBudgetConfig>,
+    hedge: Option<HedgeDelay>,
 }
 
 impl Default for RetrySettings {
@@ -45,6 +49,7 @@ impl Default for RetrySettings {
         RetrySettings {
             rules: RetryRules::default(),
             budget: Some(RetryBudgetConfig::DEFAULT),
+            hedge: None,
         }
     }
 }
@@ -63,6 +68,16 @@ impl RetrySettings {
     /// The retry budget's settings; `None` when retries are not budgeted.
     pub fn retry_budget(&self) -> Option<RetryBudgetConfig> {
         self.budget
+    }
+
+    /// When calls are hedged; `None` (the default) when they are not.
+    pub fn hedge(&self) -> Option<HedgeDelay> {
+        self.hedge
+    }
+
+    pub(super) fn with_hedge(mut self, hedge: Option<HedgeDelay>) -> RetrySettings {
+        self.hedge = hedge;
+        self
     }
 
     pub(super) fn with_backoff(mut self, backoff: Backoff) -> RetrySettings {
@@ -88,6 +103,8 @@ pub(super) struct Retries {
     draws: Draws,
     /// One budget per target, made at its first call.
     budgets: Mutex<HashMap<Arc<str>, RetryBudget>>,
+    /// Latencies of hedged calls, for a percentile hedge delay.
+    latencies: Mutex<Latencies>,
 }
 
 impl Retries {
@@ -96,6 +113,7 @@ impl Retries {
             settings,
             draws: Draws::seeded(),
             budgets: Mutex::new(HashMap::new()),
+            latencies: Mutex::new(Latencies::new()),
         })
     }
 
@@ -143,6 +161,66 @@ impl Retries {
             }
         }
         decision
+    }
+
+    /// The hedge delay for a call of `request` under `policy`, when it is hedged: the client
+    /// hedges, propagation is on, more than one attempt is allowed, and the method is
+    /// idempotent.
+    pub(super) fn hedge_for<B>(
+        &self,
+        request: &Request<B>,
+        policy: &CallPolicy,
+    ) -> Option<HedgeDelay> {
+        let idempotent = matches!(
+            *request.method(),
+            Method::GET
+                | Method::HEAD
+                | Method::OPTIONS
+                | Method::TRACE
+                | Method::PUT
+                | Method::DELETE
+        );
+        self.settings
+            .hedge
+            .filter(|_| idempotent && policy.propagate() && policy.attempts() > 1)
+    }
+
+    /// How long to wait before hedging now; `None` while a percentile has too few samples.
+    pub(super) fn hedge_delay(&self, delay: HedgeDelay) -> Option<Duration> {
+        let mut latencies = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        delay.resolve(&mut latencies)
+    }
+
+    /// Counts a hedged call's latency.
+    pub(super) fn observe(&self, latency: Duration) {
+        let mut latencies = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        latencies.record(latency);
+    }
+
+    /// The hedge of the call to `target` at `now`: the planner's decision at that instant, drawn
+    /// from the target's retry budget. No backoff: the hedge delay is the wait.
+    pub(super) fn plan_hedge<B: Clone>(
+        &self,
+        requests: &AttemptRequests<B>,
+        plan: &mut Plan,
+        deadline: Option<Deadline>,
+        now: Instant,
+        target: &Arc<str>,
+    ) -> PacedDecision {
+        if requests.is_last(plan.sent()) || requests.original().is_none() {
+            return PacedDecision::Stop(Stop::AttemptsExhausted {
+                attempts: requests.allowed(),
+            });
+        }
+        let std_now = crate::time::to_std(now);
+        let rules = RetryRules {
+            backoff: Backoff::NONE,
+            callee_504: Callee504::ALWAYS,
+        };
+        let budget = self.settings.budget;
+        plan.next_retry(&rules, deadline, std_now, 0, &LastAnswer::default(), |_| {
+            budget.is_none_or(|config| self.withdraw(target, config, std_now))
+        })
     }
 
     fn withdraw(

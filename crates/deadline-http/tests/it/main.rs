@@ -3,6 +3,7 @@
 mod enforce;
 mod http_memory;
 mod loopback_client;
+mod loopback_hedge;
 mod loopback_server;
 mod propagate;
 mod retries;

@@ -261,3 +261,155 @@ async fn a_callee_504_is_retried_only_with_half_the_budget_that_ran_out() {
         "call:orders@0-1843=504,.attempt@0-1843=504,.attempt@1843-1843=skipped-504"
     );
 }
+
+/// A callee whose first attempt hangs for `slow` ms and whose others answer after `fast`; it
+/// counts the attempts whose futures were dropped before they finished.
+fn slow_first(
+    t0: Instant,
+    slow: u64,
+    fast: u64,
+    status: u16,
+) -> (Mock, Seen, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let log: Seen = Arc::new(Mutex::new(Vec::new()));
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let (seen, gone) = (Arc::clone(&log), Arc::clone(&dropped));
+    let service = tower::service_fn(move |request: Request<String>| {
+        let budget = request
+            .headers()
+            .get(BUDGET_HEADER)
+            .map(|v| v.to_str().unwrap().parse().unwrap());
+        let n = {
+            let mut log = seen.lock().unwrap();
+            log.push((
+                u64::try_from((Instant::now() - t0).as_millis()).unwrap(),
+                budget,
+            ));
+            log.len()
+        };
+        struct Guard(Arc<AtomicUsize>, bool);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        let guard = Guard(Arc::clone(&gone), false);
+        async move {
+            // The whole guard moves into the future (not just the field it sets).
+            let mut guard = guard;
+            tokio::time::sleep(ms(if n == 1 { slow } else { fast })).await;
+            guard.1 = true;
+            let response = Response::builder()
+                .status(status)
+                .body(String::new())
+                .unwrap();
+            Ok::<_, BoxError>(response)
+        }
+    });
+    (BoxCloneService::new(service), log, dropped)
+}
+
+/// The first attempt is slow: 50 ms later a hedge goes out, answers after 10 ms and wins; the
+/// first attempt's future is dropped (its callee would see the hang-up) and ends `lost`.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_wins_and_the_slow_attempt_is_cancelled() {
+    use deadline_http::propagate::HedgeDelay;
+    let (ctx, t0) = context(Some(2_000));
+    let (inv, log, dropped) = slow_first(t0, 1_500, 10, 200);
+    let client = PropagateDeadline::new(inv, policy(1_000, 3))
+        .target("inv")
+        .hedge(Some(HedgeDelay::Fixed(ms(50))));
+    let response = ctx.clone().scope(client.oneshot(get())).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(Instant::now() - t0, ms(60));
+    assert_eq!(
+        log.lock().unwrap().clone(),
+        [(0, Some(950)), (50, Some(950))]
+    );
+    assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        spans(&ctx),
+        "call:inv@0-60=200,.attempt@0-60=lost,.attempt@50-60=200"
+    );
+}
+
+/// A POST is never hedged; neither is a call with no time for a hedge, or one the retry budget
+/// refuses (recorded `throttled`).
+#[tokio::test(start_paused = true)]
+async fn hedges_only_when_idempotent_in_time_and_in_budget() {
+    use deadline_http::propagate::HedgeDelay;
+    let hedge = Some(HedgeDelay::Fixed(ms(50)));
+
+    let (ctx, t0) = context(Some(2_000));
+    let (inv, log, _) = slow_first(t0, 300, 10, 200);
+    let client = PropagateDeadline::new(inv, policy(1_000, 3)).hedge(hedge);
+    let post = Request::post("http://inv/").body(String::new()).unwrap();
+    let _ = ctx.scope(client.oneshot(post)).await.unwrap();
+    assert_eq!(log.lock().unwrap().len(), 1, "a POST is not hedged");
+
+    // 140 ms left: the first attempt is told 90; 50 ms later 90 are left, under the 100 needed.
+    let (ctx, t0) = context(Some(140));
+    let (inv, log, _) = slow_first(t0, 60, 10, 200);
+    let client = PropagateDeadline::new(inv, policy(1_000, 3)).hedge(hedge);
+    let _ = ctx.scope(client.oneshot(get())).await.unwrap();
+    assert_eq!(log.lock().unwrap().len(), 1, "no time for a hedge");
+
+    let (ctx, t0) = context(Some(2_000));
+    let (inv, log, _) = slow_first(t0, 300, 10, 200);
+    let client = PropagateDeadline::new(inv, policy(1_000, 3))
+        .target("inv")
+        .hedge(hedge)
+        .retry_budget(Some(RetryBudgetConfig::new(Duration::from_secs(10), 0, 0)));
+    let _ = ctx.clone().scope(client.oneshot(get())).await.unwrap();
+    assert_eq!(log.lock().unwrap().len(), 1, "the budget refused the hedge");
+    assert_eq!(
+        spans(&ctx),
+        "call:inv@0-300=200,.attempt@50-50=throttled,.attempt@0-300=200"
+    );
+}
+
+/// A percentile delay hedges nothing until 20 calls were seen, then hedges at the observed
+/// percentile.
+#[tokio::test(start_paused = true)]
+async fn a_percentile_delay_waits_for_samples() {
+    use deadline_http::propagate::HedgeDelay;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let arrivals = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&arrivals);
+    // Attempts 1 to 20 take 20 ms, the 21st 300 ms, any after it 10 ms.
+    let inv = BoxCloneService::new(tower::service_fn(move |_: Request<String>| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            let took = match n {
+                1..=20 => 20,
+                21 => 300,
+                _ => 10,
+            };
+            tokio::time::sleep(ms(took)).await;
+            Ok::<_, BoxError>(Response::new(String::new()))
+        }
+    }));
+    let client = PropagateDeadline::new(inv, policy(1_000, 2))
+        .target("inv")
+        .hedge(Some(HedgeDelay::Percentile { per_mille: 900 }));
+    for _ in 0..20 {
+        let (ctx, _) = context(Some(2_000));
+        let _ = ctx.scope(client.clone().oneshot(get())).await.unwrap();
+    }
+    assert_eq!(
+        arrivals.load(Ordering::SeqCst),
+        20,
+        "too few samples: no hedge"
+    );
+    // p90 of twenty 20 ms calls is 20 ms: the slow 21st is hedged 20 ms in.
+    let (ctx, t0) = context(Some(2_000));
+    let _ = ctx.clone().scope(client.oneshot(get())).await.unwrap();
+    assert_eq!(arrivals.load(Ordering::SeqCst), 22);
+    assert_eq!(Instant::now() - t0, ms(30));
+    assert_eq!(
+        spans(&ctx),
+        "call:inv@0-30=200,.attempt@0-30=lost,.attempt@20-30=200"
+    );
+}
