@@ -189,6 +189,47 @@ impl BudgetArg {
     }
 }
 
+/// `--hedge`: a delay in ms (`150`) or a percentile of the latencies observed (`p95`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HedgeArg(pub deadline_http::propagate::HedgeDelay);
+
+impl FromStr for HedgeArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<HedgeArg, String> {
+        use deadline_http::propagate::HedgeDelay;
+        if let Some(p) = text.strip_prefix('p') {
+            let value: f64 = p
+                .parse()
+                .map_err(|_| format!("expected a percentile like p95, not {text:?}"))?;
+            if !(value > 0.0 && value < 100.0) {
+                return Err(format!(
+                    "the percentile must be above 0 and below 100, not {value}"
+                ));
+            }
+            let per_mille = (value * 10.0).round().clamp(1.0, 999.0) as u16;
+            return Ok(HedgeArg(HedgeDelay::Percentile { per_mille }));
+        }
+        let ms: u64 = text.parse().map_err(|_| {
+            format!("expected a delay in ms (150) or a percentile (p95), not {text:?}")
+        })?;
+        if ms == 0 {
+            return Err("a hedge delay must be at least 1 ms".to_owned());
+        }
+        Ok(HedgeArg(HedgeDelay::Fixed(Duration::from_millis(ms))))
+    }
+}
+
+impl fmt::Display for HedgeArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use deadline_http::propagate::HedgeDelay;
+        match self.0 {
+            HedgeDelay::Fixed(delay) => write!(f, "{}", delay.as_millis()),
+            HedgeDelay::Percentile { per_mille } => write!(f, "p{}", f64::from(per_mille) / 10.0),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +248,22 @@ mod tests {
         ] {
             let err = bad.parse::<Window>().unwrap_err();
             assert!(!err.is_empty(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hedges_parse() {
+        use deadline_http::propagate::HedgeDelay;
+        assert_eq!(
+            "p95".parse::<HedgeArg>().unwrap().0,
+            HedgeDelay::Percentile { per_mille: 950 }
+        );
+        assert_eq!(
+            "150".parse::<HedgeArg>().unwrap().0,
+            HedgeDelay::Fixed(Duration::from_millis(150))
+        );
+        for bad in ["", "p", "p0", "p100", "px", "0", "-5", "1.5", "p95%"] {
+            assert!(bad.parse::<HedgeArg>().is_err(), "{bad}");
         }
     }
 

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt as _};
 
 use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
-use crate::outage::{BudgetArg, Outage, PerAttempt, Window, do_not_retry};
+use crate::outage::{BudgetArg, HedgeArg, Outage, PerAttempt, Window, do_not_retry};
 use crate::shutdown::{shutdown_signal, stdin_closed};
 use crate::slowness::is_slow;
 
@@ -124,6 +124,10 @@ pub(crate) struct ServiceArgs {
     /// Downstream retries are not budgeted (each call still stops at --attempts).
     #[arg(long)]
     pub no_retry_budget: bool,
+    /// Hedge the downstream calls: a delay in ms (150) or a percentile of the latencies this
+    /// service observes (p95). Hedges are attempts: they need --attempts above 1.
+    #[arg(long)]
+    pub hedge: Option<HedgeArg>,
 }
 
 /// What the handler needs for every request of one service: its name, how long to work, the
@@ -212,7 +216,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 base,
                 DeadlineClient::from_client(pool, policy)
                     .target(target)
-                    .retry_budget(budget),
+                    .retry_budget(budget)
+                    .hedge(args.hedge.map(|h| h.0)),
             ))
         }
         _ => None,

@@ -27,7 +27,7 @@ use crate::harness::{
 };
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
-use crate::outage::{BudgetArg, Window};
+use crate::outage::{BudgetArg, HedgeArg, Window};
 use crate::placement::{Placement, PlacementArgs};
 use crate::slowness::is_slow;
 use crate::svg;
@@ -106,10 +106,10 @@ pub(crate) struct LoadArgs {
     /// Inventory chooses slow requests afresh for every attempt rather than once per request.
     #[arg(long)]
     slow_per_attempt: bool,
-    /// Gateway and orders hedge their calls: a delay in ms, or pNN for a latency percentile
-    /// they observe (see `deadline service --hedge`).
+    /// Orders hedges its inventory calls: a delay in ms, or pNN for a latency percentile it
+    /// observes (see `deadline service --hedge`).
     #[arg(long)]
-    hedge: Option<String>,
+    hedge: Option<HedgeArg>,
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
@@ -570,7 +570,7 @@ impl LoadArgs {
         if self.slow_per_attempt {
             extra.push_str("; slowness per attempt");
         }
-        if let Some(hedge) = &self.hedge {
+        if let Some(hedge) = self.hedge {
             extra.push_str(&format!("; hedge {hedge}"));
         }
         let base = format!(

@@ -1,4 +1,4 @@
-//! The load's outage and retry figures: the flags each hop gets, and the calls per user
+//! The load's outage, retry and hedging flags for each hop, and the calls per user
 //! request on the inventory link while inventory was down.
 
 use std::collections::HashSet;
@@ -28,8 +28,9 @@ pub(super) fn with_retry_flags(mut hops: Vec<Hop>, args: &LoadArgs) -> Vec<Hop> 
                     hop.args
                         .extend(["--retry-budget".to_owned(), budget.to_string()]);
                 }
-                if let Some(hedge) = &args.hedge {
-                    hop.args.extend(["--hedge".to_owned(), hedge.clone()]);
+                // Orders hedges its inventory calls: the hop right above the slowness.
+                if let (Some(hedge), "orders") = (args.hedge, hop.name) {
+                    hop.args.extend(["--hedge".to_owned(), hedge.to_string()]);
                 }
             }
         }
