@@ -15,7 +15,7 @@ use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
 use deadline_http::enforce::{EnforceDeadlineLayer, Hold, REQUEST_ID_HEADER};
-use deadline_http::propagate::{DeadlineClient, RetryBudgetConfig};
+use deadline_http::propagate::{Callee504, DeadlineClient, RetryBudgetConfig};
 use deadline_http::serve::ServeOptions;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Either, Full};
@@ -128,6 +128,10 @@ pub(crate) struct ServiceArgs {
     /// service observes (p95). Hedges are attempts: they need --attempts above 1.
     #[arg(long)]
     pub hedge: Option<HedgeArg>,
+    /// Retry a downstream 504 only when the retry would get at least this share (0 to 1) of
+    /// the budget that ran out; 0 retries it whenever there is time.
+    #[arg(long, default_value_t = 0.5)]
+    pub retry_504_share: f64,
 }
 
 /// What the handler needs for every request of one service: its name, how long to work, the
@@ -154,6 +158,12 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     }
     if args.slots == Some(0) {
         bail!("--slots must be at least 1");
+    }
+    if !(0.0..=1.0).contains(&args.retry_504_share) {
+        bail!(
+            "--retry-504-share must be between 0 and 1, not {}",
+            args.retry_504_share
+        );
     }
     if args.header_timeout == 0 {
         bail!("--header-timeout must be at least 1 ms");
@@ -217,7 +227,10 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 DeadlineClient::from_client(pool, policy)
                     .target(target)
                     .retry_budget(budget)
-                    .hedge(args.hedge.map(|h| h.0)),
+                    .hedge(args.hedge.map(|h| h.0))
+                    .callee_504(Callee504::new(
+                        (args.retry_504_share * 1_000.0).round() as u32
+                    )),
             ))
         }
         _ => None,

@@ -110,6 +110,10 @@ pub(crate) struct LoadArgs {
     /// observes (see `deadline service --hedge`).
     #[arg(long)]
     hedge: Option<HedgeArg>,
+    /// Gateway and orders retry a callee's 504 only with at least this share of the budget that
+    /// ran out (0: whenever there is time).
+    #[arg(long)]
+    retry_504_share: Option<f64>,
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
@@ -207,6 +211,12 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     }
     if args.slots == 0 {
         bail!("--slots must be at least 1");
+    }
+    if args
+        .retry_504_share
+        .is_some_and(|s| !(0.0..=1.0).contains(&s))
+    {
+        bail!("--retry-504-share must be between 0 and 1");
     }
     if args.user_wait < 100 {
         bail!("--user-wait must be at least 100 ms");
@@ -566,6 +576,9 @@ impl LoadArgs {
             extra.push_str("; no retry budget");
         } else if let Some(budget) = self.retry_budget {
             extra.push_str(&format!("; retry budget {budget}"));
+        }
+        if let Some(share) = self.retry_504_share {
+            extra.push_str(&format!("; 504 retried with {share} of its budget"));
         }
         if self.slow_per_attempt {
             extra.push_str("; slowness per attempt");

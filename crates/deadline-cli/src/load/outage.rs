@@ -28,6 +28,10 @@ pub(super) fn with_retry_flags(mut hops: Vec<Hop>, args: &LoadArgs) -> Vec<Hop> 
                     hop.args
                         .extend(["--retry-budget".to_owned(), budget.to_string()]);
                 }
+                if let Some(share) = args.retry_504_share {
+                    hop.args
+                        .extend(["--retry-504-share".to_owned(), share.to_string()]);
+                }
                 // Orders hedges its inventory calls: the hop right above the slowness.
                 if let (Some(hedge), "orders") = (args.hedge, hop.name) {
                     hop.args.extend(["--hedge".to_owned(), hedge.to_string()]);
