@@ -134,7 +134,9 @@
 //! and a zero-length `attempt` span when the planner refused one, its outcome the reason:
 //! `skipped` (too little time), `skipped-backoff` (too little once the backoff is slept),
 //! `skipped-pushback`, `skipped-504`, `no-retry`, or `throttled` (the retry budget said no);
-//! [`StopReason`](deadline::plan::retry::StopReason) names them for counting.
+//! [`StopReason`](deadline::plan::retry::StopReason) names them for counting. A hedged call
+//! ([`PropagateDeadline::hedge`]) records every attempt it sent, the ones that lost the race
+//! ending `lost`.
 //! The callee's own `Deadline-Trace`, from each attempt's response, is shifted by the time the
 //! attempt was sent and nested under that attempt; a malformed one gives its valid prefix
 //! (often an empty subtree), never an error, and the spans it says it dropped are counted in
