@@ -82,27 +82,33 @@ where
         let mut answer = LastAnswer::default();
         loop {
             let now = Instant::now();
-            let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, &budget_key);
-            let (sent_at, attempt) = match decision {
-                PacedDecision::Send(Delayed { delay, attempt }) if delay.is_zero() => {
-                    (now, attempt)
-                }
-                PacedDecision::Send(Delayed { delay, attempt }) => {
-                    // The backoff (or the callee's pushback): the planner already spent it from
-                    // the budget, and planned the attempt as of when it ends.
+            let mut decision =
+                retries.plan(&requests, &mut plan, deadline, now, &answer, &budget_key);
+            // The backoff (or the callee's pushback): the planner already spent it from the
+            // budget and planned the attempt as of when it ends; a late wake-up plans again.
+            let mut start = now;
+            let mut unsent = 0;
+            if let PacedDecision::Send(Delayed { delay, .. }) = decision {
+                if !delay.is_zero() {
                     let at = now + delay;
                     tokio::time::sleep_until(at).await;
-                    (at, attempt)
+                    let woke = Instant::now();
+                    decision = retry::after_sleep(&policy, decision, at, woke, deadline);
+                    start = at.max(woke);
+                    unsent = u32::from(matches!(decision, PacedDecision::Stop(_)));
                 }
+            }
+            let (sent_at, attempt) = match decision {
+                PacedDecision::Send(Delayed { attempt, .. }) => (start, attempt),
                 PacedDecision::Stop(stop) => {
                     let target = || match (&target, requests.original()) {
                         (Some(target), _) => String::from(&**target),
                         (None, Some(request)) => authority_name(request).to_owned(),
                         (None, None) => UNNAMED_TARGET.to_owned(),
                     };
-                    let result = stopped(last, plan.sent(), stop, &policy, target);
+                    let result = stopped(last, plan.sent() - unsent, stop, &policy, target);
                     if let Some(record) = &mut record {
-                        record.stopped(now, stop, &result);
+                        record.stopped(start, stop, &result);
                     }
                     return result;
                 }

@@ -147,19 +147,25 @@ where
             if flights.is_empty() {
                 hedge_timer = None;
                 let now = Instant::now();
-                let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, &key);
-                let (at, attempt) = match decision {
-                    PacedDecision::Send(Delayed { delay, attempt }) => {
+                let mut decision = retries.plan(&requests, &mut plan, deadline, now, &answer, &key);
+                let mut start = now;
+                let mut unsent = 0;
+                if let PacedDecision::Send(Delayed { delay, .. }) = decision {
+                    if !delay.is_zero() {
                         let at = now + delay;
-                        if !delay.is_zero() {
-                            tokio::time::sleep_until(at).await;
-                        }
-                        (at, attempt)
+                        tokio::time::sleep_until(at).await;
+                        let woke = Instant::now();
+                        decision = retry::after_sleep(&policy, decision, at, woke, deadline);
+                        start = at.max(woke);
+                        unsent = u32::from(matches!(decision, PacedDecision::Stop(_)));
                     }
+                }
+                let (at, attempt) = match decision {
+                    PacedDecision::Send(Delayed { attempt, .. }) => (start, attempt),
                     PacedDecision::Stop(stop) => {
-                        let result = stopped(last, plan.sent(), stop, &policy, name);
+                        let result = stopped(last, plan.sent() - unsent, stop, &policy, name);
                         if let Some(record) = &mut hedged.record {
-                            record.stopped(now, stop, &result);
+                            record.stopped(start, stop, &result);
                         }
                         return result;
                     }

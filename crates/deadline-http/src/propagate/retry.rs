@@ -253,6 +253,33 @@ impl Retries {
     }
 }
 
+/// After sleeping a delay until `at`, the attempt as the planner plans it at the actual wake-up
+/// `woke` (the same as planned, unless the runtime woke the call late): a late wake-up must not
+/// send a budget that is no longer true, or send an attempt that no longer fits. Returns the
+/// attempt to send from `woke`, or why none can be.
+pub(super) fn after_sleep(
+    policy: &CallPolicy,
+    planned: PacedDecision,
+    at: Instant,
+    woke: Instant,
+    deadline: Option<Deadline>,
+) -> PacedDecision {
+    let PacedDecision::Send(Delayed { attempt, .. }) = planned else {
+        return planned;
+    };
+    if woke <= at {
+        return planned;
+    }
+    let sent_before = attempt.number.saturating_sub(1);
+    match deadline::plan::decide(policy, sent_before, deadline, crate::time::to_std(woke)) {
+        deadline::Decision::Send(fresh) => PacedDecision::Send(Delayed {
+            delay: Duration::ZERO,
+            attempt: fresh,
+        }),
+        deadline::Decision::Stop(stop) => PacedDecision::Stop(stop),
+    }
+}
+
 /// Whether a response that is not a 5xx is still worth retrying: a 429 that says when to come
 /// back.
 pub(super) fn retryable_4xx<RB>(response: &Response<RB>) -> bool {
@@ -325,6 +352,41 @@ mod tests {
         for count in buckets {
             assert!((9_000..11_000).contains(&count), "{buckets:?}");
         }
+    }
+
+    /// A call woken late from its backoff sends what is true when it wakes, or nothing.
+    #[test]
+    fn a_late_wake_up_plans_again() {
+        use std::time::Duration;
+        let policy = CallPolicy::new(Duration::from_secs(1), 3).unwrap();
+        let t0 = Instant::now();
+        let deadline = Some(Deadline::after_duration(
+            t0.into_std(),
+            Duration::from_millis(300),
+        ));
+        let at = t0 + Duration::from_millis(20);
+        let planned = match deadline::plan::decide(&policy, 1, deadline, at.into_std()) {
+            deadline::Decision::Send(attempt) => PacedDecision::Send(Delayed {
+                delay: Duration::from_millis(20),
+                attempt,
+            }),
+            deadline::Decision::Stop(_) => unreachable!(),
+        };
+        assert_eq!(after_sleep(&policy, planned, at, at, deadline), planned);
+        let late = at + Duration::from_millis(30);
+        let PacedDecision::Send(fresh) = after_sleep(&policy, planned, at, late, deadline) else {
+            panic!("still fits");
+        };
+        assert_eq!(
+            fresh.attempt.budget.unwrap().as_millis(),
+            200,
+            "300 - 50 late - 50 margin"
+        );
+        let too_late = t0 + Duration::from_millis(250);
+        assert!(matches!(
+            after_sleep(&policy, planned, at, too_late, deadline),
+            PacedDecision::Stop(Stop::NotEnoughTime { attempt: 2, .. })
+        ));
     }
 
     fn response(status: u16, headers: &[(&str, &str)]) -> Response<()> {
