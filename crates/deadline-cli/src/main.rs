@@ -11,6 +11,7 @@ mod harness;
 mod holds;
 mod hygiene;
 mod load;
+mod outage;
 mod placement;
 mod service;
 mod shutdown;

@@ -16,7 +16,7 @@ use clap::Args;
 use deadline::{Budget, CallPolicy};
 use deadline_http::enforce::{EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER};
 use deadline_http::metrics::DeadlineMetrics;
-use deadline_http::propagate::DeadlineClient;
+use deadline_http::propagate::{Callee504, DeadlineClient, RetryBudgetConfig};
 use deadline_http::serve::ServeOptions;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Either, Full};
@@ -29,6 +29,7 @@ use tower::{ServiceBuilder, ServiceExt as _};
 
 use crate::dialect_args::DialectArgs;
 use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
+use crate::outage::{BudgetArg, HedgeArg, Outage, PerAttempt, Window, do_not_retry};
 use crate::shutdown::{shutdown_signal, stdin_closed};
 use crate::slowness::is_slow;
 
@@ -128,6 +129,29 @@ pub(crate) struct ServiceArgs {
     pub exit_on_stdin_close: bool,
     #[command(flatten)]
     pub dialects: DialectArgs,
+    /// Answer 503 at once to every request in this window: START:SECONDS, counted from the
+    /// first request this service works on (10:5 is seconds 10 to 15 of the load).
+    #[arg(long)]
+    pub outage: Option<Window>,
+    /// Choose slow requests afresh for every arrival (an attempt), not once per request id:
+    /// a retry or a hedge of a slow attempt is then usually fast.
+    #[arg(long)]
+    pub slow_per_attempt: bool,
+    /// Retry budget of the downstream calls: RATIO,PER_SECOND over a 10 s window (default
+    /// 0.2,10: a fifth of the requests plus 10 retries a second).
+    #[arg(long, conflicts_with = "no_retry_budget")]
+    pub retry_budget: Option<BudgetArg>,
+    /// Downstream retries are not budgeted (each call still stops at --attempts).
+    #[arg(long)]
+    pub no_retry_budget: bool,
+    /// Hedge the downstream calls: a delay in ms (150) or a percentile of the latencies this
+    /// service observes (p95). Hedges are attempts: they need --attempts above 1.
+    #[arg(long)]
+    pub hedge: Option<HedgeArg>,
+    /// Retry a downstream 504 only when the retry would get at least this share (0 to 1) of
+    /// the budget that ran out; 0 retries it whenever there is time.
+    #[arg(long, default_value_t = 0.5)]
+    pub retry_504_share: f64,
 }
 
 /// What the handler needs for every request of one service: its name, how long to work, the
@@ -139,6 +163,10 @@ struct HandlerConfig {
     slow_share: f64,
     seed: u64,
     downstream: Option<(String, DeadlineClient)>,
+    /// Whether this hop retries its downstream (then its caller is told not to).
+    retries_downstream: bool,
+    outage: Option<Outage>,
+    per_attempt: Option<PerAttempt>,
 }
 
 fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
@@ -156,6 +184,12 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     }
     if args.admission_min_useful.is_some() && !args.admission {
         bail!("--admission-min-useful needs --admission");
+    }
+    if !(0.0..=1.0).contains(&args.retry_504_share) {
+        bail!(
+            "--retry-504-share must be between 0 and 1, not {}",
+            args.retry_504_share
+        );
     }
     if args.header_timeout == 0 {
         bail!("--header-timeout must be at least 1 ms");
@@ -214,12 +248,22 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 .pool_idle_timeout(Duration::from_millis(args.pool_idle_timeout))
                 .pool_timer(TokioTimer::new())
                 .build(connector);
+            let budget = match (args.no_retry_budget, args.retry_budget) {
+                (true, _) => None,
+                (false, Some(budget)) => Some(budget.config()),
+                (false, None) => Some(RetryBudgetConfig::DEFAULT),
+            };
             Some((
                 base,
                 DeadlineClient::from_client(pool, policy)
                     .target(target)
                     .dialects(args.dialects.send.clone().unwrap_or_default())
-                    .record_metrics(&metrics),
+                    .record_metrics(&metrics)
+                    .retry_budget(budget)
+                    .hedge(args.hedge.map(|h| h.0))
+                    .callee_504(Callee504::new(
+                        (args.retry_504_share * 1_000.0).round() as u32
+                    )),
             ))
         }
         _ => None,
@@ -231,6 +275,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         slow_share: args.slow_share,
         seed: args.seed,
         downstream,
+        retries_downstream: args.attempts > 1,
+        outage: args.outage.map(Outage::new),
+        per_attempt: args.slow_per_attempt.then(PerAttempt::default),
     });
 
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
@@ -456,7 +503,17 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let slow = is_slow(&id, config.seed, config.slow_share);
+    if config
+        .outage
+        .as_ref()
+        .is_some_and(|o| o.active(Instant::now()))
+    {
+        return Ok(Outage::answer(&config.name));
+    }
+    let slow = match &config.per_attempt {
+        Some(per_attempt) => per_attempt.is_slow(&id, config.seed, config.slow_share),
+        None => is_slow(&id, config.seed, config.slow_share),
+    };
     let work = if slow { config.slow_work } else { config.work };
     let started = Instant::now();
     tokio::time::sleep(work).await;
@@ -487,7 +544,7 @@ async fn handle(
             ));
         }
     };
-    Ok(match client.send(call).await {
+    let answer = match client.send(call).await {
         Ok(response) => {
             let status = response.status();
             let body = match response.into_body().collect().await {
@@ -516,7 +573,12 @@ async fn handle(
             StatusCode::BAD_GATEWAY,
             format!("{}: downstream failed: {err}\n", config.name),
         ),
-    })
+    };
+    // A downstream failure this hop already retried is not for its caller to retry again.
+    if answer.status() == StatusCode::BAD_GATEWAY && config.retries_downstream {
+        return Ok(do_not_retry(answer));
+    }
+    Ok(answer)
 }
 
 /// Turns a hold report into a log line, converting monotonic instants to wall time.

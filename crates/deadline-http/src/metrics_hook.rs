@@ -88,7 +88,6 @@ mod on {
         }
 
         /// A hedge (an attempt sent while an earlier one is still in flight) went out.
-        #[allow(dead_code)] // For the hedging call loop.
         pub(crate) fn hedge(&self) {
             self.attempt_of(AttemptKind::Hedge);
         }
@@ -104,18 +103,6 @@ mod on {
             if let Some(reason) = SkipReason::of_stop(stop) {
                 self.skipped(reason);
             }
-        }
-
-        /// An attempt was not sent: a retry budget shared across calls was spent.
-        #[allow(dead_code)] // For the retry budget.
-        pub(crate) fn throttled(&self) {
-            self.skipped(SkipReason::Throttled);
-        }
-
-        /// An attempt was not sent: the downstream asked not to be retried.
-        #[allow(dead_code)] // For pushback.
-        pub(crate) fn pushback(&self) {
-            self.skipped(SkipReason::Pushback);
         }
 
         fn skipped(&self, reason: SkipReason) {
@@ -169,15 +156,6 @@ mod off {
         pub(crate) fn stopped(&self, _stop: &Stop) {}
 
         #[inline]
-        #[allow(dead_code)]
         pub(crate) fn hedge(&self) {}
-
-        #[inline]
-        #[allow(dead_code)]
-        pub(crate) fn throttled(&self) {}
-
-        #[inline]
-        #[allow(dead_code)]
-        pub(crate) fn pushback(&self) {}
     }
 }

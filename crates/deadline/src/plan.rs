@@ -35,10 +35,14 @@ use std::time::{Duration, Instant};
 use crate::budget::{Budget, Deadline};
 
 pub mod backoff;
+pub mod hedge;
+pub mod retry;
 pub mod retry_budget;
 pub mod share;
 
 pub use backoff::{Backoff, BackoffError, Delayed, PacedDecision, decide_paced};
+pub use hedge::{HedgeDelay, Latencies, decide_hedge};
+pub use retry::{Callee504, LastAnswer, Pushback, RetryRules, StopReason, decide_retry};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use share::{Share, ShareError};
 
@@ -287,6 +291,37 @@ pub enum Stop {
         /// Time an attempt needs after the delay: margin plus the minimum useful budget.
         needed: Duration,
     },
+    /// The callee's pushback (`Retry-After`, `grpc-retry-pushback-ms`) asks for a longer wait
+    /// than the budget leaves room for, so the caller neither slept nor retried (see [`retry`]).
+    PushbackTooLong {
+        /// The attempt that was not sent, from 1.
+        attempt: u32,
+        /// Time left before the caller's deadline, before the wait.
+        remaining: Duration,
+        /// The wait the callee asked for.
+        pushback: Duration,
+    },
+    /// The callee said not to retry (a negative `grpc-retry-pushback-ms`).
+    DoNotRetry {
+        /// The attempt that was not sent, from 1.
+        attempt: u32,
+    },
+    /// The callee answered 504 (its budget ran out) and the retry would get too small a share
+    /// of that budget to do better (see [`retry`]).
+    CalleeOutOfTime {
+        /// The attempt that was not sent, from 1.
+        attempt: u32,
+        /// The budget the callee was told and used up.
+        spent: Budget,
+        /// The budget the retry would have been told.
+        next: Budget,
+    },
+    /// The retry budget shared by the calls to this target refused the retry (see
+    /// [`retry_budget`]).
+    Throttled {
+        /// The attempt that was not sent, from 1.
+        attempt: u32,
+    },
 }
 
 impl fmt::Display for Stop {
@@ -315,6 +350,37 @@ impl fmt::Display for Stop {
                 remaining.as_millis(),
                 delay.as_millis(),
                 needed.as_millis()
+            ),
+            Stop::PushbackTooLong {
+                attempt,
+                remaining,
+                pushback,
+            } => write!(
+                f,
+                "attempt {attempt} not sent: the callee asked to wait {} ms, {} ms are left",
+                pushback.as_millis(),
+                remaining.as_millis()
+            ),
+            Stop::DoNotRetry { attempt } => {
+                write!(
+                    f,
+                    "attempt {attempt} not sent: the callee said not to retry"
+                )
+            }
+            Stop::CalleeOutOfTime {
+                attempt,
+                spent,
+                next,
+            } => write!(
+                f,
+                "attempt {attempt} not sent: the callee ran out of its {} ms budget, a retry \
+                 would get only {} ms",
+                spent.as_millis(),
+                next.as_millis()
+            ),
+            Stop::Throttled { attempt } => write!(
+                f,
+                "attempt {attempt} not sent: the retry budget for this target is spent"
             ),
         }
     }

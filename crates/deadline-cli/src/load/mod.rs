@@ -7,6 +7,7 @@
 //! worst send lateness so a run can show it kept up.
 
 mod metrics;
+mod outage;
 mod table;
 
 use std::collections::HashMap;
@@ -28,6 +29,7 @@ use crate::harness::{
 };
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
+use crate::outage::{BudgetArg, HedgeArg, Window};
 use crate::placement::{Placement, PlacementArgs};
 use crate::slowness::is_slow;
 use crate::svg;
@@ -101,6 +103,27 @@ pub(crate) struct LoadArgs {
     /// finish in time (predictive admission, for `--fast-work` of work).
     #[arg(long)]
     admission: bool,
+    /// Inventory answers 503 to every call from START for SECONDS (START:SECONDS, counted
+    /// from the first user); the report adds the calls per user request on the inventory link.
+    #[arg(long)]
+    outage: Option<Window>,
+    /// Gateway and orders do not budget their retries (each call still stops at its attempts).
+    #[arg(long, conflicts_with = "retry_budget")]
+    no_retry_budget: bool,
+    /// Retry budget of gateway and orders: RATIO,PER_SECOND over 10 s (default 0.2,10).
+    #[arg(long)]
+    retry_budget: Option<BudgetArg>,
+    /// Inventory chooses slow requests afresh for every attempt rather than once per request.
+    #[arg(long)]
+    slow_per_attempt: bool,
+    /// Orders hedges its inventory calls: a delay in ms, or pNN for a latency percentile it
+    /// observes (see `deadline service --hedge`).
+    #[arg(long)]
+    hedge: Option<HedgeArg>,
+    /// Gateway and orders retry a callee's 504 only with at least this share of the budget that
+    /// ran out (0: whenever there is time).
+    #[arg(long)]
+    retry_504_share: Option<f64>,
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
@@ -168,6 +191,10 @@ pub(crate) struct LoadRun {
     shed_p99_ms: f64,
     /// Inventory worker time spent on users who were not answered in time, in ms.
     inventory_worker_ms_on_missed: f64,
+    /// Calls inventory received per user request sent during the outage (with `--outage`).
+    pub(crate) calls_per_request_in_outage: Option<f64>,
+    /// The outage in detail (with `--outage`).
+    outage: Option<outage::OutageFigures>,
 }
 
 #[derive(Debug, Serialize)]
@@ -226,6 +253,12 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     if args.slots == 0 {
         bail!("--slots must be at least 1");
     }
+    if args
+        .retry_504_share
+        .is_some_and(|s| !(0.0..=1.0).contains(&s))
+    {
+        bail!("--retry-504-share must be between 0 and 1");
+    }
     if args.user_wait < 100 {
         bail!("--user-wait must be at least 100 ms");
     }
@@ -277,6 +310,7 @@ async fn run_once(
             }
         }
     }
+    let hops = outage::with_retry_flags(hops, args);
     let chain = Chain::start(label, &hops, placement).await?;
     let client = user_client();
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
@@ -449,6 +483,11 @@ fn summarize(
         by_second[s].1 += 1;
     }
 
+    let by_second: Vec<f64> = by_second
+        .iter()
+        .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
+        .collect();
+    let outage = outage::figures(args, &outcomes, holds, start_wall, &by_second);
     LoadRun {
         deadlines,
         requests,
@@ -478,10 +517,7 @@ fn summarize(
         services: Vec::new(),
         generator_cpu_ms: None,
         generator_peak_rss_kib: None,
-        in_time_share_by_second: by_second
-            .iter()
-            .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
-            .collect(),
+        in_time_share_by_second: by_second,
         hygiene: Vec::new(),
         metrics: Vec::new(),
         queue: if deadlines {
@@ -500,6 +536,10 @@ fn summarize(
         shed,
         shed_p99_ms: percentile(refusals, 0.99),
         inventory_worker_ms_on_missed,
+        calls_per_request_in_outage: outage
+            .as_ref()
+            .map(|o| o.inventory_calls as f64 / o.users as f64),
+        outage,
     }
 }
 
@@ -646,7 +686,28 @@ fn exit(checking: bool, passed: bool) -> ExitCode {
 
 impl LoadArgs {
     fn describe(&self) -> String {
-        format!(
+        let mut extra = String::new();
+        if let Some(window) = self.outage {
+            extra.push_str(&format!(
+                "; inventory down from {} s for {} s",
+                window.start, window.seconds
+            ));
+        }
+        if self.no_retry_budget {
+            extra.push_str("; no retry budget");
+        } else if let Some(budget) = self.retry_budget {
+            extra.push_str(&format!("; retry budget {budget}"));
+        }
+        if let Some(share) = self.retry_504_share {
+            extra.push_str(&format!("; 504 retried with {share} of its budget"));
+        }
+        if self.slow_per_attempt {
+            extra.push_str("; slowness per attempt");
+        }
+        if let Some(hedge) = self.hedge {
+            extra.push_str(&format!("; hedge {hedge}"));
+        }
+        let base = format!(
             "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}), queue {}{}; users wait {} ms",
             self.rate,
             self.seconds,
@@ -662,6 +723,7 @@ impl LoadArgs {
                 ""
             },
             self.user_wait
-        )
+        );
+        base + &extra
     }
 }

@@ -52,6 +52,42 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
             .map(|r| format!("{} / {} ms", r.latency_p50_ms, r.latency_p99_ms))
             .collect(),
     );
+    if runs.iter().any(|r| r.outage.is_some()) {
+        row(
+            "calls per request in outage",
+            runs.iter()
+                .map(|r| {
+                    r.calls_per_request_in_outage
+                        .map_or("-".to_owned(), |c| format!("{c:.2}"))
+                })
+                .collect(),
+        );
+        row(
+            "  in time during / before",
+            runs.iter()
+                .map(|r| {
+                    r.outage.as_ref().map_or("-".to_owned(), |o| {
+                        format!(
+                            "{:.0} / {:.0} %",
+                            o.in_time_share * 100.0,
+                            o.before_share * 100.0
+                        )
+                    })
+                })
+                .collect(),
+        );
+        row(
+            "  back in time after",
+            runs.iter()
+                .map(|r| {
+                    r.outage.as_ref().map_or("-".to_owned(), |o| {
+                        o.recovery_s
+                            .map_or("never".to_owned(), |s| format!("{s:.1} s"))
+                    })
+                })
+                .collect(),
+        );
+    }
     row(
         "goodput / capacity",
         runs.iter()

@@ -83,7 +83,12 @@ impl SkipReason {
     pub fn of_stop(stop: &deadline::Stop) -> Option<SkipReason> {
         match stop {
             deadline::Stop::NotEnoughTime { .. }
-            | deadline::Stop::NotEnoughTimeAfterBackoff { .. } => Some(SkipReason::NotEnoughTime),
+            | deadline::Stop::NotEnoughTimeAfterBackoff { .. }
+            | deadline::Stop::CalleeOutOfTime { .. } => Some(SkipReason::NotEnoughTime),
+            deadline::Stop::Throttled { .. } => Some(SkipReason::Throttled),
+            deadline::Stop::PushbackTooLong { .. } | deadline::Stop::DoNotRetry { .. } => {
+                Some(SkipReason::Pushback)
+            }
             _ => None,
         }
     }

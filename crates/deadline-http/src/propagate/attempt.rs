@@ -1,8 +1,7 @@
 //! The attempt rebuilding: the request each attempt sends, made from the call's original.
 
-use deadline::{BUDGET_HEADER, Budget, Deadline, Decision, Plan, Stop};
+use deadline::{BUDGET_HEADER, Budget, Deadline};
 use http::{Method, Request};
-use tokio::time::Instant;
 
 use super::dialects::DialectSet;
 use super::{IDEMPOTENCY_KEY, UNNAMED_TARGET};
@@ -39,21 +38,9 @@ impl<B: Clone> AttemptRequests<B> {
         self
     }
 
-    /// The planner's decision at `now`, or a stop once every allowed attempt was sent (a
-    /// request sent once stops as the planner would stop it).
-    pub(super) fn plan(
-        &self,
-        plan: &mut Plan,
-        deadline: Option<Deadline>,
-        now: Instant,
-    ) -> Decision {
-        if plan.sent() >= self.allowed || self.original.is_none() {
-            Decision::Stop(Stop::AttemptsExhausted {
-                attempts: self.allowed,
-            })
-        } else {
-            plan.next(deadline, crate::time::to_std(now))
-        }
+    /// Attempts this request may have.
+    pub(super) fn allowed(&self) -> u32 {
+        self.allowed
     }
 
     /// Whether the attempt that is the `sent`-th is the last one allowed.
@@ -213,8 +200,10 @@ mod tests {
     /// would have.
     #[test]
     fn the_moved_original_is_the_copy_it_replaces() {
-        let explicit =
-            Deadline::after_duration(Instant::now().into_std(), std::time::Duration::from_secs(1));
+        let explicit = Deadline::after_duration(
+            tokio::time::Instant::now().into_std(),
+            std::time::Duration::from_secs(1),
+        );
         for budget in [Budget::from_millis(950), None] {
             let mut original = Request::builder()
                 .method(Method::POST)

@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use deadline::plan::backoff::{Delayed, PacedDecision};
+use deadline::plan::retry::LastAnswer;
 use deadline::trace::outcome;
-use deadline::{CallPolicy, Deadline, Decision, Plan, Stop};
+use deadline::{CallPolicy, Deadline, Plan, Stop};
 use http::{Request, Response};
 use tokio::time::Instant;
 use tokio::time::error::Elapsed;
@@ -12,6 +14,7 @@ use tower_service::Service;
 
 use super::attempt::{AttemptRequests, authority_name};
 use super::record::CallRecord;
+use super::retry::{self, Retries};
 use super::{Target, UNNAMED_TARGET};
 use crate::context::DeadlineContext;
 use crate::error::{AttemptSkipped, BoxError, CallError, DeadlineExceeded};
@@ -29,11 +32,13 @@ pub(super) struct Call<S, B> {
     pub(super) dialects: super::dialects::DialectSet,
     /// Counts the attempts and skips, and times the call (until it returns or is dropped).
     pub(super) metrics: crate::metrics_hook::CallHook,
+    /// Backoff, retry budgets and draws, shared by the client's clones.
+    pub(super) retries: Arc<Retries>,
 }
 
 /// How the last attempt that did not succeed ended.
-enum Failure<RB> {
-    /// A 5xx response, kept to return if no further attempt is sent.
+pub(super) enum Failure<RB> {
+    /// A 5xx response (or a 429 with a pushback), kept to return if no further attempt is sent.
     Response(Response<RB>),
     /// The inner service failed.
     Error(BoxError),
@@ -44,7 +49,7 @@ enum Failure<RB> {
 
 impl<S, B, RB> Call<S, B>
 where
-    S: Service<Request<B>, Response = Response<RB>> + Send,
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send,
     S::Future: Send,
     S::Error: Into<BoxError>,
     B: Clone + Send,
@@ -52,6 +57,9 @@ where
 {
     /// Plans, sends and judges attempts until one is returned or the planner stops.
     pub(super) async fn run(self) -> Result<Response<RB>, CallError> {
+        if let Some(delay) = self.retries.hedge_for(&self.request, &self.policy) {
+            return self.run_hedged(delay).await;
+        }
         let Call {
             mut inner,
             policy,
@@ -62,29 +70,52 @@ where
             context,
             dialects,
             metrics,
+            retries,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
         // into its last attempt): without either, only an error message would ever read it.
         let (mut target, mut record) = start_record(target, context, &request);
+        // The retry budget's key: the configured target, or the URI's authority.
+        let budget_key: Arc<str> = match &target {
+            Some(target) => Arc::clone(target),
+            None => Arc::from(authority_name(&request)),
+        };
         let mut requests =
             AttemptRequests::new(request, policy.attempts(), explicit).dialects(dialects);
         let mut plan = Plan::new(policy);
         let mut last: Option<Failure<RB>> = None;
+        let mut answer = LastAnswer::default();
         loop {
             let now = Instant::now();
-            let attempt = match requests.plan(&mut plan, deadline, now) {
-                Decision::Send(attempt) => attempt,
-                Decision::Stop(stop) => {
+            let mut decision =
+                retries.plan(&requests, &mut plan, deadline, now, &answer, &budget_key);
+            // The backoff (or the callee's pushback): the planner already spent it from the
+            // budget and planned the attempt as of when it ends; a late wake-up plans again.
+            let mut start = now;
+            let mut unsent = 0;
+            if let PacedDecision::Send(Delayed { delay, .. }) = decision {
+                if !delay.is_zero() {
+                    let at = now + delay;
+                    tokio::time::sleep_until(at).await;
+                    let woke = Instant::now();
+                    decision = retry::after_sleep(&policy, decision, at, woke, deadline);
+                    start = at.max(woke);
+                    unsent = u32::from(matches!(decision, PacedDecision::Stop(_)));
+                }
+            }
+            let (sent_at, attempt) = match decision {
+                PacedDecision::Send(Delayed { attempt, .. }) => (start, attempt),
+                PacedDecision::Stop(stop) => {
                     metrics.stopped(&stop);
                     let target = || match (&target, requests.original()) {
                         (Some(target), _) => String::from(&**target),
                         (None, Some(request)) => authority_name(request).to_owned(),
                         (None, None) => UNNAMED_TARGET.to_owned(),
                     };
-                    let result = stopped(last, plan.sent(), stop, &policy, target);
+                    let result = stopped(last, plan.sent() - unsent, stop, &policy, target);
                     if let Some(record) = &mut record {
-                        record.stopped(now, stop, &result);
+                        record.stopped(start, stop, &result);
                     }
                     return result;
                 }
@@ -100,8 +131,8 @@ where
                 continue;
             };
             metrics.attempt(plan.sent());
-            let _calling = record.as_mut().map(|record| record.begin(now));
-            let outcome = tokio::time::timeout_at(now + attempt.wait, async {
+            let _calling = record.as_mut().map(|record| record.begin(sent_at));
+            let outcome = tokio::time::timeout_at(sent_at + attempt.wait, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
                 ready.call(attempt_request).await.map_err(Into::into)
             })
@@ -109,7 +140,13 @@ where
             let capped = attempt.wait < policy.timeout();
             match judge(outcome, Instant::now(), record.as_mut(), capped) {
                 Ok(response) => return Ok(response),
-                Err(failure) => last = Some(failure),
+                Err(failure) => {
+                    answer = match &failure {
+                        Failure::Response(response) => retry::answer_of(response, attempt.budget),
+                        _ => LastAnswer::default(),
+                    };
+                    last = Some(failure);
+                }
             }
         }
     }
@@ -117,7 +154,7 @@ where
 
 /// The downstream's name (when it is already known or a context needs it) and the call's
 /// record (inside a context).
-fn start_record<B>(
+pub(super) fn start_record<B>(
     target: Option<Target>,
     context: Option<DeadlineContext>,
     request: &Request<B>,
@@ -154,7 +191,7 @@ fn judge<RB>(
             if let Some(record) = &mut record {
                 record.end_with_response(end, &response);
             }
-            if response.status().is_server_error() {
+            if response.status().is_server_error() || retry::retryable_4xx(&response) {
                 return Err(Failure::Response(response));
             }
             if let Some(record) = record {
@@ -179,14 +216,14 @@ fn judge<RB>(
 
 /// The call's result once the planner sends no more attempts (`target` names the downstream,
 /// for the deadline error's message).
-fn stopped<RB>(
+pub(super) fn stopped<RB>(
     last: Option<Failure<RB>>,
     sent: u32,
     stop: Stop,
     policy: &CallPolicy,
     target: impl FnOnce() -> String,
 ) -> Result<Response<RB>, CallError> {
-    let out_of_time = matches!(stop, Stop::NotEnoughTime { .. });
+    let out_of_time = stop.reason().is_out_of_time();
     let deadline = || CallError::DeadlineExceeded(DeadlineExceeded::calling(target(), sent, stop));
     match last {
         None => Err(CallError::AttemptSkipped(AttemptSkipped::new(sent, stop))),

@@ -7,7 +7,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::PropagateDeadline;
+use super::{Backoff, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
 use crate::error::CallError;
 
 /// The pooled HTTP/1 client [`DeadlineClient`] wraps.
@@ -92,6 +92,39 @@ impl DeadlineClient {
     /// The call policy.
     pub fn policy(&self) -> &CallPolicy {
         self.service.policy()
+    }
+
+    /// The backoff before retries (see [`PropagateDeadline::backoff`]).
+    #[must_use = "this returns the client with the backoff set; the original is unchanged"]
+    pub fn backoff(self, backoff: Backoff) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.backoff(backoff),
+        }
+    }
+
+    /// The retry budget per target, `None` for none (see
+    /// [`PropagateDeadline::retry_budget`]); every clone of the client shares it.
+    #[must_use = "this returns the client with the budget set; the original is unchanged"]
+    pub fn retry_budget(self, budget: Option<RetryBudgetConfig>) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.retry_budget(budget),
+        }
+    }
+
+    /// Hedges idempotent calls after `delay` (see [`PropagateDeadline::hedge`]).
+    #[must_use = "this returns the client with hedging set; the original is unchanged"]
+    pub fn hedge(self, delay: Option<HedgeDelay>) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.hedge(delay),
+        }
+    }
+
+    /// When a callee's 504 is retried (see [`PropagateDeadline::callee_504`]).
+    #[must_use = "this returns the client with the rule set; the original is unchanged"]
+    pub fn callee_504(self, rule: Callee504) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.callee_504(rule),
+        }
     }
 
     /// `GET uri` with an empty body. A `uri` that does not parse is

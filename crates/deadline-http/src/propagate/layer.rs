@@ -1,7 +1,12 @@
 use deadline::CallPolicy;
 use tower_layer::Layer;
 
-use super::{DialectSet, PropagateDeadline, Target};
+use std::sync::Arc;
+
+use super::retry::Retries;
+use super::{
+    Backoff, Callee504, DialectSet, HedgeDelay, PropagateDeadline, RetryBudgetConfig, Target,
+};
 
 /// Wraps a client service in [`PropagateDeadline`]: every call carries what is left of the
 /// current deadline, is retried by the call planner, and is recorded in the hop's trace.
@@ -12,6 +17,8 @@ pub struct PropagateDeadlineLayer {
     target: Option<Target>,
     dialects: DialectSet,
     metrics: crate::metrics_hook::ClientHook,
+    /// Shared by every service this layer makes.
+    retries: Arc<Retries>,
 }
 
 impl PropagateDeadlineLayer {
@@ -22,6 +29,7 @@ impl PropagateDeadlineLayer {
             target: None,
             dialects: DialectSet::none(),
             metrics: Default::default(),
+            retries: Retries::new(super::RetrySettings::default()),
         }
     }
 
@@ -63,6 +71,33 @@ impl PropagateDeadlineLayer {
     }
 }
 
+impl PropagateDeadlineLayer {
+    /// The backoff before retries (see [`PropagateDeadline::backoff`]).
+    pub fn backoff(mut self, backoff: Backoff) -> PropagateDeadlineLayer {
+        self.retries = Retries::new(self.retries.settings().with_backoff(backoff));
+        self
+    }
+
+    /// The retry budget per target, `None` for none (see
+    /// [`PropagateDeadline::retry_budget`]). Every service the layer makes shares it.
+    pub fn retry_budget(mut self, budget: Option<RetryBudgetConfig>) -> PropagateDeadlineLayer {
+        self.retries = Retries::new(self.retries.settings().with_budget(budget));
+        self
+    }
+
+    /// Hedges idempotent calls after `delay` (see [`PropagateDeadline::hedge`]).
+    pub fn hedge(mut self, delay: Option<HedgeDelay>) -> PropagateDeadlineLayer {
+        self.retries = Retries::new(self.retries.settings().with_hedge(delay));
+        self
+    }
+
+    /// When a callee's 504 is retried (see [`PropagateDeadline::callee_504`]).
+    pub fn callee_504(mut self, rule: Callee504) -> PropagateDeadlineLayer {
+        self.retries = Retries::new(self.retries.settings().with_callee_504(rule));
+        self
+    }
+}
+
 impl<S> Layer<S> for PropagateDeadlineLayer {
     type Service = PropagateDeadline<S>;
 
@@ -73,6 +108,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             target: self.target.clone(),
             dialects: self.dialects.clone(),
             metrics: self.metrics.clone(),
+            retries: Arc::clone(&self.retries),
         }
     }
 }

@@ -91,9 +91,25 @@
 //! retried only when the request carries an [`IDEMPOTENCY_KEY`] header; `GET`, `HEAD`,
 //! `OPTIONS`, `TRACE`, `PUT` and `DELETE` always may be.
 //!
-//! There is no backoff between attempts yet: a retry goes out as soon as the planner allows it.
-//! A jittered backoff, and a retry budget shared across calls (tower's `retry::budget`), are
-//! future work; the planner already refuses attempts that could not finish in time.
+//! Before a retry the call sleeps a backoff with full jitter (a delay drawn from `[0,
+//! min(max, base × 2^(n−2))]`, 25 ms doubling to 250 ms by default), spent from the budget: the
+//! planner decides the retry as of the moment the sleep would end, and when it would not be
+//! sent then, the call neither sleeps nor sends it. A callee's pushback (`Retry-After` in
+//! delta-seconds on a 429 or 503, `grpc-retry-pushback-ms`) makes the delay at least that long,
+//! or ends the call when it does not fit the budget; a negative `grpc-retry-pushback-ms` means
+//! "do not retry", and a 429 that carries a pushback is retried like a 5xx. A callee's 504 is
+//! retried only when the retry would get at least half the budget that just ran out
+//! ([`Callee504`]): less rarely finishes what more could not.
+//!
+//! Retries also draw from a **retry budget** per target, shared by every clone of the client:
+//! within a sliding 10 s window retries may be at most 20 % of the requests plus 10 a second
+//! ([`RetryBudgetConfig`]). A per-call attempt limit does not bound what retries do to a callee
+//! that is down (every request becomes `attempts` calls, and hops multiply); the budget does.
+//! A retry it refuses ends the call with what the last attempt returned. See
+//! [`deadline::plan::retry`] for the rules, and [`PropagateDeadline::backoff`],
+//! [`retry_budget`](PropagateDeadline::retry_budget) and
+//! [`callee_504`](PropagateDeadline::callee_504) to change them. With propagation off (the
+//! baseline) none of this applies: retries go out at once, unbudgeted.
 //!
 //! ## What the call returns
 //!
@@ -115,7 +131,12 @@
 //! Inside a context, the call becomes one span `call:<target>` (ms since the hop's arrival),
 //! ending with the final status, or `deadline`, `skipped`, `timeout` or `error`. Under it, one
 //! `attempt` span per attempt sent, ending with the status, `timeout`, `error` or `cancelled`,
-//! and a zero-length `attempt` span `skipped` when the planner refused one for lack of time.
+//! and a zero-length `attempt` span when the planner refused one, its outcome the reason:
+//! `skipped` (too little time), `skipped-backoff` (too little once the backoff is slept),
+//! `skipped-pushback`, `skipped-504`, `no-retry`, or `throttled` (the retry budget said no);
+//! [`StopReason`](deadline::plan::retry::StopReason) names them for counting. A hedged call
+//! ([`PropagateDeadline::hedge`]) records every attempt it sent, the ones that lost the race
+//! ending `lost`.
 //! The callee's own `Deadline-Trace`, from each attempt's response, is shifted by the time the
 //! attempt was sent and nested under that attempt; a malformed one gives its valid prefix
 //! (often an empty subtree), never an error, and the spans it says it dropped are counted in
@@ -161,8 +182,10 @@ mod call;
 mod client;
 pub mod dialects;
 pub mod future;
+mod hedge;
 mod layer;
 mod record;
+mod retry;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -177,8 +200,14 @@ pub use self::client::DeadlineClient;
 pub use self::dialects::DialectSet;
 pub use self::future::ResponseFuture;
 pub use self::layer::PropagateDeadlineLayer;
+use self::retry::Retries;
+pub use self::retry::RetrySettings;
 use crate::context::DeadlineContext;
 use crate::error::{BoxError, CallError};
+pub use deadline::plan::backoff::Backoff;
+pub use deadline::plan::hedge::HedgeDelay;
+pub use deadline::plan::retry::Callee504;
+pub use deadline::plan::retry_budget::RetryBudgetConfig;
 
 /// The `Idempotency-Key` request header: a request that carries one may be retried even when
 /// its method is not idempotent.
@@ -199,6 +228,8 @@ pub struct PropagateDeadline<S> {
     target: Option<Target>,
     dialects: DialectSet,
     metrics: crate::metrics_hook::ClientHook,
+    /// Shared by every clone: the retry budgets stay one per target however many clones call.
+    retries: Arc<Retries>,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -227,6 +258,7 @@ impl<S> PropagateDeadline<S> {
             target: None,
             dialects: DialectSet::none(),
             metrics: Default::default(),
+            retries: Retries::new(RetrySettings::default()),
         }
     }
 
@@ -266,6 +298,48 @@ impl<S> PropagateDeadline<S> {
     /// The call policy.
     pub fn policy(&self) -> &CallPolicy {
         &self.policy
+    }
+
+    /// The backoff before retries (default: full jitter from 25 ms doubling to 250 ms;
+    /// [`Backoff::NONE`] sends retries at once). Starts new retry budgets, shared by the clones
+    /// made from here on.
+    #[must_use = "this returns the service with the backoff set; the original is unchanged"]
+    pub fn backoff(mut self, backoff: Backoff) -> PropagateDeadline<S> {
+        self.retries = Retries::new(self.retries.settings().with_backoff(backoff));
+        self
+    }
+
+    /// The retry budget per target (default 20 % of requests plus 10 a second over 10 s);
+    /// `None` leaves retries unbudgeted. Starts new retry budgets, shared by the clones made
+    /// from here on.
+    #[must_use = "this returns the service with the budget set; the original is unchanged"]
+    pub fn retry_budget(mut self, budget: Option<RetryBudgetConfig>) -> PropagateDeadline<S> {
+        self.retries = Retries::new(self.retries.settings().with_budget(budget));
+        self
+    }
+
+    /// When a callee's 504 is retried (default: when the retry gets at least half the budget
+    /// that ran out). Starts new retry budgets, shared by the clones made from here on.
+    #[must_use = "this returns the service with the rule set; the original is unchanged"]
+    pub fn callee_504(mut self, rule: Callee504) -> PropagateDeadline<S> {
+        self.retries = Retries::new(self.retries.settings().with_callee_504(rule));
+        self
+    }
+
+    /// Hedges idempotent calls (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`): when no
+    /// answer came within `delay`, another attempt is sent if the planner has time for it and
+    /// the retry budget allows it; the first usable answer wins and the others are cancelled.
+    /// `None` (the default) does not hedge. Starts new retry budgets, shared by the clones made
+    /// from here on.
+    #[must_use = "this returns the service with hedging set; the original is unchanged"]
+    pub fn hedge(mut self, delay: Option<HedgeDelay>) -> PropagateDeadline<S> {
+        self.retries = Retries::new(self.retries.settings().with_hedge(delay));
+        self
+    }
+
+    /// How this client retries.
+    pub fn retry_settings(&self) -> RetrySettings {
+        self.retries.settings()
     }
 
     /// The inner service.
@@ -339,6 +413,7 @@ impl<S> PropagateDeadline<S> {
             context,
             dialects: self.dialects.clone(),
             metrics,
+            retries: Arc::clone(&self.retries),
         };
         ResponseFuture::new(call.run())
     }

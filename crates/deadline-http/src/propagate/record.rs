@@ -83,19 +83,52 @@ impl CallRecord {
         stop: Stop,
         result: &Result<Response<RB>, CallError>,
     ) {
-        if let Stop::NotEnoughTime { .. } = stop {
-            // The planner refused an attempt: a zero-length `skipped` span.
+        if let Some(word) = stop.reason().span_outcome() {
+            // The planner (or the retry budget) refused an attempt: a zero-length span saying
+            // why (`skipped`, `throttled`, ...).
             let at = self.context.ms_since_arrival(now);
             self.call.attempts.push(AttemptSpan {
                 start_ms: at,
                 end_ms: at,
-                outcome: Outcome::Word(outcome::SKIPPED),
+                outcome: Outcome::Word(word),
                 callee: None,
             });
         }
         self.outcome = Some(match result {
             Ok(response) => Outcome::Status(response.status()),
             Err(error) => Outcome::Word(error.outcome()),
+        });
+    }
+
+    /// The hop is calling the target until the guard is dropped (for a hedged call, whose
+    /// attempts are recorded with [`attempt`](Self::attempt) once they end).
+    pub(super) fn calling(&self) -> ActivityGuard {
+        self.context.enter_calling(Arc::clone(&self.target))
+    }
+
+    /// One attempt of a hedged call, from `start` to `end`, ended with `outcome`; a response's
+    /// callee trace goes under it.
+    pub(super) fn attempt<RB>(
+        &mut self,
+        start: Instant,
+        end: Instant,
+        outcome: Result<&Response<RB>, &'static str>,
+    ) {
+        let (outcome, callee) = match outcome {
+            Ok(response) => (
+                Outcome::Status(response.status()),
+                response
+                    .headers()
+                    .get(TRACE_HEADER)
+                    .map(|value| EncodedTrace::new(value.clone())),
+            ),
+            Err(word) => (Outcome::Word(word), None),
+        };
+        self.call.attempts.push(AttemptSpan {
+            start_ms: self.context.ms_since_arrival(start),
+            end_ms: self.context.ms_since_arrival(end),
+            outcome,
+            callee,
         });
     }
 

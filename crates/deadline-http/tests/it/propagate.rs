@@ -6,6 +6,7 @@ use std::time::Duration;
 use deadline::trace::{TRACE_HEADER, Trace};
 use deadline::{BUDGET_HEADER, CallPolicy, Deadline, Stop};
 use deadline_http::error::BoxError;
+use deadline_http::propagate::Backoff;
 use deadline_http::{
     Activity, CallError, DeadlineContext, IDEMPOTENCY_KEY, PropagateDeadline,
     PropagateDeadlineLayer, detach,
@@ -180,7 +181,9 @@ fn mock(
 async fn orders_hop_sends_950_then_890_and_never_the_third() {
     let (ctx, t0) = context(Some(1_890));
     let (inventory, log) = mock(t0, |_, budget| reply(budget.expect("a budget"), 504));
-    let client = PropagateDeadline::new(inventory, policy(1_000, 3)).target("inventory");
+    let client = PropagateDeadline::new(inventory, policy(1_000, 3))
+        .target("inventory")
+        .backoff(Backoff::NONE);
 
     let response = ctx
         .clone()
@@ -204,7 +207,9 @@ async fn each_attempt_waits_no_longer_than_the_deadline() {
     // only the 500 ms left, and nothing is sent after.
     let (ctx, t0) = context(Some(1_500));
     let (callee, log) = mock(t0, |_, _| Act::Hang);
-    let client = PropagateDeadline::new(callee, policy(1_000, 3)).target("slow");
+    let client = PropagateDeadline::new(callee, policy(1_000, 3))
+        .target("slow")
+        .backoff(Backoff::NONE);
 
     let error = ctx
         .clone()
@@ -269,7 +274,9 @@ async fn retries_on_500_503_and_connection_errors() {
         2 => Act::Fail { after: 10 },
         _ => reply(10, 200),
     });
-    let client = PropagateDeadline::new(callee, policy(1_000, 4)).target("flaky");
+    let client = PropagateDeadline::new(callee, policy(1_000, 4))
+        .target("flaky")
+        .backoff(Backoff::NONE);
 
     let response = ctx
         .clone()
@@ -363,7 +370,7 @@ async fn a_post_that_times_out_is_not_sent_again() {
 async fn timeouts_are_retried() {
     let (_, t0) = context(None);
     let (callee, log) = mock(t0, |n, _| if n < 2 { Act::Hang } else { reply(10, 200) });
-    let client = PropagateDeadline::new(callee, policy(100, 3));
+    let client = PropagateDeadline::new(callee, policy(100, 3)).backoff(Backoff::NONE);
 
     let response = client
         .oneshot(get("http://slow/"))
@@ -379,7 +386,7 @@ async fn timeouts_are_retried() {
 async fn a_5xx_then_a_timeout_ends_in_an_error_not_the_old_response() {
     let (_, t0) = context(None);
     let (callee, _) = mock(t0, |n, _| if n == 0 { reply(10, 503) } else { Act::Hang });
-    let client = PropagateDeadline::new(callee, policy(100, 2));
+    let client = PropagateDeadline::new(callee, policy(100, 2)).backoff(Backoff::NONE);
 
     let error = client
         .oneshot(get("http://slow/"))
@@ -394,7 +401,7 @@ async fn a_5xx_then_a_timeout_ends_in_an_error_not_the_old_response() {
 async fn no_deadline_no_header_full_timeouts_every_attempt() {
     let (ctx, t0) = context(None);
     let (callee, log) = mock(t0, |_, _| Act::Hang);
-    let client = PropagateDeadline::new(callee, policy(1_000, 3));
+    let client = PropagateDeadline::new(callee, policy(1_000, 3)).backoff(Backoff::NONE);
     let mut stale = get("http://inventory/");
     stale
         .headers_mut()
@@ -560,7 +567,9 @@ async fn the_callee_trace_is_shifted_and_nested_under_its_attempt() {
             trace: Some(b"inv@0-19=ok,.work@1-18,+2"),
         },
     });
-    let client = PropagateDeadline::new(callee, policy(1_000, 3)).target("inv");
+    let client = PropagateDeadline::new(callee, policy(1_000, 3))
+        .target("inv")
+        .backoff(Backoff::NONE);
 
     ctx.clone()
         .scope(async {
@@ -605,7 +614,9 @@ async fn a_malformed_callee_trace_gives_an_empty_subtree() {
 async fn dropping_the_call_mid_attempt_records_it_with_a_cancelled_attempt() {
     let (ctx, t0) = context(Some(2_000));
     let (callee, _) = mock(t0, |n, _| if n == 0 { reply(50, 503) } else { Act::Hang });
-    let client = PropagateDeadline::new(callee, policy(1_000, 3)).target("inv");
+    let client = PropagateDeadline::new(callee, policy(1_000, 3))
+        .target("inv")
+        .backoff(Backoff::NONE);
 
     let cut_short = ctx
         .clone()
@@ -655,7 +666,9 @@ async fn errors_then_too_little_time_is_deadline_exceeded() {
     // Each attempt fails after 150 ms: at 0, 150 and 300; at 450 only 50 ms are left.
     let (ctx, t0) = context(Some(500));
     let (callee, log) = mock(t0, |_, _| Act::Fail { after: 150 });
-    let client = PropagateDeadline::new(callee, policy(1_000, 5)).target("inv");
+    let client = PropagateDeadline::new(callee, policy(1_000, 5))
+        .target("inv")
+        .backoff(Backoff::NONE);
 
     let error = ctx
         .clone()

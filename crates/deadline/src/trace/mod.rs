@@ -253,6 +253,18 @@ pub mod outcome {
     pub const HUNG_UP: &str = "hung-up";
     /// Refused by admission control: the request could not have finished in time.
     pub const SHED: &str = "shed";
+    /// A retry was not sent: the retry budget shared by calls to the target refused it.
+    pub const THROTTLED: &str = "throttled";
+    /// A retry was not sent: too little time once its backoff delay is slept.
+    pub const SKIPPED_BACKOFF: &str = "skipped-backoff";
+    /// A retry was not sent: the callee's pushback asked for a longer wait than was left.
+    pub const SKIPPED_PUSHBACK: &str = "skipped-pushback";
+    /// A retry was not sent: the callee answered 504 and the retry would get much less time.
+    pub const SKIPPED_504: &str = "skipped-504";
+    /// A retry was not sent: the callee said not to retry.
+    pub const NO_RETRY: &str = "no-retry";
+    /// A hedged attempt lost the race: another attempt answered first, so it was cancelled.
+    pub const LOST: &str = "lost";
 }
 
 /// The `Deadline-Trace` response header name.

@@ -1,0 +1,294 @@
+//! The hedged call loop: attempts that overlap, the first usable answer winning.
+//!
+//! Used instead of the plain loop when the client hedges ([`PropagateDeadline::hedge`]), the
+//! request's method is idempotent (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`: both
+//! copies may run to the end), propagation is on and the policy allows more than one attempt.
+//!
+//! - The first attempt goes out as usual. When no answer came within the hedge delay, the
+//!   planner is asked for another attempt as of that instant ([`deadline::plan::hedge`]); it
+//!   is sent only when the planner would send it and the retry budget allows it (a hedge counts
+//!   as a retry), and then the next hedge waits another delay.
+//! - The first answer that is not a failure (any status but a 5xx or a 429 with a pushback)
+//!   wins. The others are dropped: with hyper's HTTP/1 client that closes their connections,
+//!   so their callees see the hang-up and stop. They end in the trace as `lost`.
+//! - A failure does not end the others. When every attempt out has failed, the call goes on as
+//!   the plain loop does: a retry after the backoff (and the callee's pushback), or a stop.
+//!
+//! The latency a percentile delay is computed from is the call's, from its first attempt to
+//! its winning answer: a hedged call's latency is at least the delay, so hedging p95 keeps the
+//! observed p95 where it is rather than chasing itself down.
+//!
+//! [`PropagateDeadline::hedge`]: super::PropagateDeadline::hedge
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+
+use deadline::plan::backoff::{Delayed, PacedDecision};
+use deadline::plan::hedge::HedgeDelay;
+use deadline::plan::retry::LastAnswer;
+use deadline::trace::outcome;
+use deadline::{Budget, Plan, Stop};
+use http::{Request, Response};
+use tokio::time::error::Elapsed;
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt;
+use tower_service::Service;
+
+use super::UNNAMED_TARGET;
+use super::attempt::{AttemptRequests, authority_name};
+use super::call::{Call, Failure, start_record, stopped};
+use super::record::CallRecord;
+use super::retry;
+use crate::error::{BoxError, CallError};
+
+/// What one attempt's future gives: its answer, or its wait elapsed.
+type Outcome<RB> = Result<Result<Response<RB>, BoxError>, Elapsed>;
+
+/// One attempt out.
+#[derive(Clone, Copy)]
+struct Flight {
+    sent_at: Instant,
+    budget: Option<Budget>,
+    /// The caller's deadline cut its wait short of the policy's timeout.
+    capped: bool,
+}
+
+/// The call's record and the attempts still out: those left when the call's future is dropped
+/// are recorded `cancelled`.
+struct Hedged {
+    record: Option<CallRecord>,
+    out: Vec<Flight>,
+}
+
+impl Hedged {
+    /// Records every attempt still out as ended at `now` with `word`, and forgets them.
+    fn close_all(&mut self, now: Instant, word: &'static str) {
+        let out = std::mem::take(&mut self.out);
+        if let Some(record) = &mut self.record {
+            for flight in out {
+                record.attempt::<()>(flight.sent_at, now, Err(word));
+            }
+        }
+    }
+}
+
+impl Drop for Hedged {
+    fn drop(&mut self) {
+        self.close_all(Instant::now(), outcome::CANCELLED);
+    }
+}
+
+/// One attempt: readiness and the call, within its wait.
+async fn flight<S, B, RB>(mut inner: S, request: Request<B>, until: Instant) -> Outcome<RB>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+{
+    tokio::time::timeout_at(until, async move {
+        let ready = inner.ready().await.map_err(Into::into)?;
+        ready.call(request).await.map_err(Into::into)
+    })
+    .await
+}
+
+/// What woke the loop.
+enum Event<RB> {
+    /// Attempt `index` ended.
+    Ended(usize, Outcome<RB>),
+    /// The hedge delay passed with every attempt still out.
+    Hedge,
+}
+
+impl<S, B, RB> Call<S, B>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Clone + Send,
+    RB: Send,
+{
+    /// The call with hedges after `delay` (see the [module docs](self)).
+    pub(super) async fn run_hedged(self, delay: HedgeDelay) -> Result<Response<RB>, CallError> {
+        let Call {
+            inner,
+            policy,
+            request,
+            explicit,
+            deadline,
+            target,
+            context,
+            dialects,
+            metrics,
+            retries,
+        } = self;
+        let (target, record) = start_record(target, context, &request);
+        let key: Arc<str> = match &target {
+            Some(target) => Arc::clone(target),
+            None => Arc::from(authority_name(&request)),
+        };
+        let name = || {
+            target
+                .as_deref()
+                .map_or_else(|| UNNAMED_TARGET.to_owned(), str::to_owned)
+        };
+        let mut hedged = Hedged {
+            record,
+            out: Vec::new(),
+        };
+        let _calling = hedged.record.as_ref().map(CallRecord::calling);
+        let mut requests =
+            AttemptRequests::new(request, policy.attempts(), explicit).dialects(dialects);
+        let mut plan = Plan::new(policy);
+        let mut last: Option<Failure<RB>> = None;
+        let mut answer = LastAnswer::default();
+        let mut flights = Vec::new();
+        let mut hedge_timer: Option<(Instant, Pin<Box<Sleep>>)> = None;
+        let mut first_sent: Option<Instant> = None;
+        loop {
+            if flights.is_empty() {
+                hedge_timer = None;
+                let now = Instant::now();
+                let mut decision = retries.plan(&requests, &mut plan, deadline, now, &answer, &key);
+                let mut start = now;
+                let mut unsent = 0;
+                if let PacedDecision::Send(Delayed { delay, .. }) = decision {
+                    if !delay.is_zero() {
+                        let at = now + delay;
+                        tokio::time::sleep_until(at).await;
+                        let woke = Instant::now();
+                        decision = retry::after_sleep(&policy, decision, at, woke, deadline);
+                        start = at.max(woke);
+                        unsent = u32::from(matches!(decision, PacedDecision::Stop(_)));
+                    }
+                }
+                let (at, attempt) = match decision {
+                    PacedDecision::Send(Delayed { attempt, .. }) => (start, attempt),
+                    PacedDecision::Stop(stop) => {
+                        metrics.stopped(&stop);
+                        let result = stopped(last, plan.sent() - unsent, stop, &policy, name);
+                        if let Some(record) = &mut hedged.record {
+                            record.stopped(start, stop, &result);
+                        }
+                        return result;
+                    }
+                };
+                let Some(request) = requests.next(plan.sent(), attempt.budget) else {
+                    continue;
+                };
+                drop(last.take());
+                metrics.attempt(plan.sent());
+                first_sent.get_or_insert(at);
+                flights.push(Box::pin(flight(inner.clone(), request, at + attempt.wait)));
+                hedged.out.push(Flight {
+                    sent_at: at,
+                    budget: attempt.budget,
+                    capped: attempt.wait < policy.timeout(),
+                });
+                hedge_timer = retries
+                    .hedge_delay(delay)
+                    .map(|d| (at + d, Box::pin(tokio::time::sleep_until(at + d))));
+            }
+
+            let event = poll_fn(|cx| {
+                for (index, flight) in flights.iter_mut().enumerate() {
+                    if let Poll::Ready(outcome) = flight.as_mut().poll(cx) {
+                        return Poll::Ready(Event::Ended(index, outcome));
+                    }
+                }
+                if let Some((_, timer)) = &mut hedge_timer {
+                    if timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Event::Hedge);
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+
+            match event {
+                Event::Hedge => {
+                    let Some((at, _)) = hedge_timer.take() else {
+                        continue;
+                    };
+                    match retries.plan_hedge(&requests, &mut plan, deadline, at, &key) {
+                        PacedDecision::Send(Delayed { attempt, .. }) => {
+                            let Some(request) = requests.next(plan.sent(), attempt.budget) else {
+                                continue;
+                            };
+                            metrics.hedge();
+                            flights.push(Box::pin(flight(
+                                inner.clone(),
+                                request,
+                                at + attempt.wait,
+                            )));
+                            hedged.out.push(Flight {
+                                sent_at: at,
+                                budget: attempt.budget,
+                                capped: attempt.wait < policy.timeout(),
+                            });
+                            hedge_timer = retries
+                                .hedge_delay(delay)
+                                .map(|d| (at + d, Box::pin(tokio::time::sleep_until(at + d))));
+                        }
+                        // No hedge: out of attempts or time (nothing to record), or refused by the
+                        // retry budget (recorded, as a refused retry is).
+                        PacedDecision::Stop(stop) => {
+                            metrics.stopped(&stop);
+                            if let (Stop::Throttled { .. }, Some(record)) =
+                                (stop, &mut hedged.record)
+                            {
+                                record.attempt::<()>(at, at, Err(outcome::THROTTLED));
+                            }
+                        }
+                    }
+                }
+                Event::Ended(index, result) => {
+                    let end = Instant::now();
+                    drop(flights.swap_remove(index));
+                    let flight = hedged.out.swap_remove(index);
+                    match result {
+                        Ok(Ok(response))
+                            if !response.status().is_server_error()
+                                && !retry::retryable_4xx(&response) =>
+                        {
+                            // The winner: the others lose, and are dropped (hung up) here.
+                            drop(flights);
+                            hedged.close_all(end, outcome::LOST);
+                            if let Some(record) = &mut hedged.record {
+                                record.attempt(flight.sent_at, end, Ok(&response));
+                                record.finish_with(&response);
+                            }
+                            let since = first_sent.unwrap_or(flight.sent_at);
+                            retries.observe(end.saturating_duration_since(since));
+                            return Ok(response);
+                        }
+                        Ok(Ok(response)) => {
+                            if let Some(record) = &mut hedged.record {
+                                record.attempt(flight.sent_at, end, Ok(&response));
+                            }
+                            answer = retry::answer_of(&response, flight.budget);
+                            last = Some(Failure::Response(response));
+                        }
+                        Ok(Err(error)) => {
+                            if let Some(record) = &mut hedged.record {
+                                record.attempt::<()>(flight.sent_at, end, Err(outcome::ERROR));
+                            }
+                            answer = LastAnswer::default();
+                            last = Some(Failure::Error(error));
+                        }
+                        Err(_elapsed) => {
+                            if let Some(record) = &mut hedged.record {
+                                record.attempt::<()>(flight.sent_at, end, Err(outcome::TIMEOUT));
+                            }
+                            answer = LastAnswer::default();
+                            last = Some(Failure::Timeout {
+                                capped: flight.capped,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

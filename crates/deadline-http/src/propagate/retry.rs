@@ -1,0 +1,435 @@
+//! Retries between attempts: the backoff's random draws, the retry budgets shared by a
+//! client's clones, and what a failed answer says about retrying it.
+//!
+//! The planner decides ([`Plan::next_retry`]); this module gives it its inputs. The random
+//! draw comes from a SplitMix64 sequence on one atomic counter per client, seeded from the
+//! standard library's `RandomState` (the per-process random keys of `HashMap`): no dependency,
+//! no lock, a few nanoseconds a draw, and good enough to spread retries (nothing here needs
+//! unpredictability).
+//!
+//! With propagation off (the baseline without the library) none of this applies: retries are
+//! sent at once and no budget is drawn from, exactly as a client without the library does.
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use deadline::plan::backoff::{Backoff, Delayed, PacedDecision};
+use deadline::plan::retry::{
+    Callee504, GRPC_RETRY_PUSHBACK_HEADER, LastAnswer, Pushback, RetryRules, parse_grpc_pushback,
+    parse_retry_after,
+};
+use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
+use std::time::Duration;
+
+use deadline::plan::hedge::{HedgeDelay, Latencies};
+use deadline::{Budget, CallPolicy, Deadline, Plan, Stop};
+use http::{Method, Request, Response, StatusCode};
+use tokio::time::Instant;
+
+use super::attempt::AttemptRequests;
+
+/// Targets a client keeps a retry budget for; calls to further targets share one more.
+const MAX_BUDGETS: usize = 256;
+
+/// How a client retries: the backoff, the callee-504 rule and the retry budget's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetrySettings {
+    rules: RetryRules,
+    budget: Option<RetryBudgetConfig>,
+    hedge: Option<HedgeDelay>,
+}
+
+impl Default for RetrySettings {
+    /// Backoff 25 ms doubling to 250 ms with full jitter, a callee's 504 retried with at least
+    /// half its budget, and a retry budget of 20 % of requests plus 10 a second over 10 s.
+    fn default() -> RetrySettings {
+        RetrySettings {
+            rules: RetryRules::default(),
+            budget: Some(RetryBudgetConfig::DEFAULT),
+            hedge: None,
+        }
+    }
+}
+
+impl RetrySettings {
+    /// The backoff before retries.
+    pub fn backoff(&self) -> Backoff {
+        self.rules.backoff
+    }
+
+    /// The rule for retrying a callee's 504.
+    pub fn callee_504(&self) -> Callee504 {
+        self.rules.callee_504
+    }
+
+    /// The retry budget's settings; `None` when retries are not budgeted.
+    pub fn retry_budget(&self) -> Option<RetryBudgetConfig> {
+        self.budget
+    }
+
+    /// When calls are hedged; `None` (the default) when they are not.
+    pub fn hedge(&self) -> Option<HedgeDelay> {
+        self.hedge
+    }
+
+    pub(super) fn with_hedge(mut self, hedge: Option<HedgeDelay>) -> RetrySettings {
+        self.hedge = hedge;
+        self
+    }
+
+    pub(super) fn with_backoff(mut self, backoff: Backoff) -> RetrySettings {
+        self.rules.backoff = backoff;
+        self
+    }
+
+    pub(super) fn with_callee_504(mut self, rule: Callee504) -> RetrySettings {
+        self.rules.callee_504 = rule;
+        self
+    }
+
+    pub(super) fn with_budget(mut self, budget: Option<RetryBudgetConfig>) -> RetrySettings {
+        self.budget = budget;
+        self
+    }
+}
+
+/// What every clone of one client shares: its settings, its draws and its retry budgets.
+#[derive(Debug)]
+pub(super) struct Retries {
+    settings: RetrySettings,
+    draws: Draws,
+    /// One budget per target, made at its first call.
+    budgets: Mutex<HashMap<Arc<str>, RetryBudget>>,
+    /// Latencies of hedged calls, for a percentile hedge delay.
+    latencies: Mutex<Latencies>,
+}
+
+impl Retries {
+    pub(super) fn new(settings: RetrySettings) -> Arc<Retries> {
+        Arc::new(Retries {
+            settings,
+            draws: Draws::seeded(),
+            budgets: Mutex::new(HashMap::new()),
+            latencies: Mutex::new(Latencies::new()),
+        })
+    }
+
+    pub(super) fn settings(&self) -> RetrySettings {
+        self.settings
+    }
+
+    /// The next decision of the call to `target` at `now`: the planner's, its retries drawn
+    /// from the target's budget. Stops as the attempts run out when `requests` allows no more
+    /// (a request that must not be sent twice).
+    pub(super) fn plan<B: Clone>(
+        &self,
+        requests: &AttemptRequests<B>,
+        plan: &mut Plan,
+        deadline: Option<Deadline>,
+        now: Instant,
+        last: &LastAnswer,
+        target: &Arc<str>,
+    ) -> PacedDecision {
+        if requests.is_last(plan.sent()) || requests.original().is_none() {
+            return PacedDecision::Stop(Stop::AttemptsExhausted {
+                attempts: requests.allowed(),
+            });
+        }
+        let std_now = crate::time::to_std(now);
+        if !plan.policy().propagate() {
+            // The baseline: no backoff, no budget, the callee's answer not read.
+            let rules = RetryRules {
+                backoff: Backoff::NONE,
+                callee_504: Callee504::ALWAYS,
+            };
+            return plan.next_retry(&rules, deadline, std_now, 0, &LastAnswer::default(), |_| {
+                true
+            });
+        }
+        let draw = self.draws.next();
+        let budget = self.settings.budget;
+        let first = plan.sent() == 0;
+        let decision = plan.next_retry(&self.settings.rules, deadline, std_now, draw, last, {
+            |_: &Delayed| budget.is_none_or(|config| self.withdraw(target, config, std_now))
+        });
+        if first && matches!(decision, PacedDecision::Send(_)) {
+            if let Some(config) = budget {
+                self.with_budget(target, config, std_now, |b| b.deposit(std_now));
+            }
+        }
+        decision
+    }
+
+    /// The hedge delay for a call of `request` under `policy`, when it is hedged: the client
+    /// hedges, propagation is on, more than one attempt is allowed, and the method is
+    /// idempotent.
+    pub(super) fn hedge_for<B>(
+        &self,
+        request: &Request<B>,
+        policy: &CallPolicy,
+    ) -> Option<HedgeDelay> {
+        let idempotent = matches!(
+            *request.method(),
+            Method::GET
+                | Method::HEAD
+                | Method::OPTIONS
+                | Method::TRACE
+                | Method::PUT
+                | Method::DELETE
+        );
+        self.settings
+            .hedge
+            .filter(|_| idempotent && policy.propagate() && policy.attempts() > 1)
+    }
+
+    /// How long to wait before hedging now; `None` while a percentile has too few samples.
+    pub(super) fn hedge_delay(&self, delay: HedgeDelay) -> Option<Duration> {
+        let mut latencies = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        delay.resolve(&mut latencies)
+    }
+
+    /// Counts a hedged call's latency.
+    pub(super) fn observe(&self, latency: Duration) {
+        let mut latencies = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        latencies.record(latency);
+    }
+
+    /// The hedge of the call to `target` at `now`: the planner's decision at that instant, drawn
+    /// from the target's retry budget. No backoff: the hedge delay is the wait.
+    pub(super) fn plan_hedge<B: Clone>(
+        &self,
+        requests: &AttemptRequests<B>,
+        plan: &mut Plan,
+        deadline: Option<Deadline>,
+        now: Instant,
+        target: &Arc<str>,
+    ) -> PacedDecision {
+        if requests.is_last(plan.sent()) || requests.original().is_none() {
+            return PacedDecision::Stop(Stop::AttemptsExhausted {
+                attempts: requests.allowed(),
+            });
+        }
+        let std_now = crate::time::to_std(now);
+        let rules = RetryRules {
+            backoff: Backoff::NONE,
+            callee_504: Callee504::ALWAYS,
+        };
+        let budget = self.settings.budget;
+        plan.next_retry(&rules, deadline, std_now, 0, &LastAnswer::default(), |_| {
+            budget.is_none_or(|config| self.withdraw(target, config, std_now))
+        })
+    }
+
+    fn withdraw(
+        &self,
+        target: &Arc<str>,
+        config: RetryBudgetConfig,
+        now: std::time::Instant,
+    ) -> bool {
+        self.with_budget(target, config, now, |b| b.try_withdraw(now))
+    }
+
+    fn with_budget<T>(
+        &self,
+        target: &Arc<str>,
+        config: RetryBudgetConfig,
+        now: std::time::Instant,
+        f: impl FnOnce(&mut RetryBudget) -> T,
+    ) -> T {
+        // A poisoned lock only means another call panicked mid-update of plain counters.
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let key = if budgets.contains_key(target) || budgets.len() < MAX_BUDGETS {
+            Arc::clone(target)
+        } else {
+            Arc::from("")
+        };
+        let budget = budgets
+            .entry(key)
+            .or_insert_with(|| RetryBudget::new(config, now));
+        f(budget)
+    }
+}
+
+/// After sleeping a delay until `at`, the attempt as the planner plans it at the actual wake-up
+/// `woke` (the same as planned, unless the runtime woke the call late): a late wake-up must not
+/// send a budget that is no longer true, or send an attempt that no longer fits. Returns the
+/// attempt to send from `woke`, or why none can be.
+pub(super) fn after_sleep(
+    policy: &CallPolicy,
+    planned: PacedDecision,
+    at: Instant,
+    woke: Instant,
+    deadline: Option<Deadline>,
+) -> PacedDecision {
+    let PacedDecision::Send(Delayed { attempt, .. }) = planned else {
+        return planned;
+    };
+    if woke <= at {
+        return planned;
+    }
+    let sent_before = attempt.number.saturating_sub(1);
+    match deadline::plan::decide(policy, sent_before, deadline, crate::time::to_std(woke)) {
+        deadline::Decision::Send(fresh) => PacedDecision::Send(Delayed {
+            delay: Duration::ZERO,
+            attempt: fresh,
+        }),
+        deadline::Decision::Stop(stop) => PacedDecision::Stop(stop),
+    }
+}
+
+/// Whether a response that is not a 5xx is still worth retrying: a 429 that says when to come
+/// back.
+pub(super) fn retryable_4xx<RB>(response: &Response<RB>) -> bool {
+    response.status() == StatusCode::TOO_MANY_REQUESTS
+        && response_pushback(response) != Pushback::None
+}
+
+/// What a failed attempt's `response` says about retrying it, the attempt having told its
+/// callee `budget`.
+pub(super) fn answer_of<RB>(response: &Response<RB>, budget: Option<Budget>) -> LastAnswer {
+    LastAnswer {
+        pushback: response_pushback(response),
+        deadline_504: budget.filter(|_| response.status() == StatusCode::GATEWAY_TIMEOUT),
+    }
+}
+
+/// The pushback a response carries: `grpc-retry-pushback-ms` on any answer, `Retry-After`
+/// (delta-seconds) on a 429 or 503. An unreadable value is no pushback.
+fn response_pushback<RB>(response: &Response<RB>) -> Pushback {
+    let headers = response.headers();
+    if let Some(pushback) = headers
+        .get(GRPC_RETRY_PUSHBACK_HEADER)
+        .and_then(|v| parse_grpc_pushback(v.as_bytes()))
+    {
+        return pushback;
+    }
+    let status = response.status();
+    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
+        return Pushback::None;
+    }
+    headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| parse_retry_after(v.as_bytes()))
+        .map_or(Pushback::None, Pushback::After)
+}
+
+/// SplitMix64 over one atomic counter: each draw adds the golden gamma and mixes.
+#[derive(Debug)]
+struct Draws(AtomicU64);
+
+impl Draws {
+    fn seeded() -> Draws {
+        Draws(AtomicU64::new(RandomState::new().hash_one(0x5eed_u64)))
+    }
+
+    fn next(&self) -> u32 {
+        const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut z = self
+            .0
+            .fetch_add(GAMMA, Ordering::Relaxed)
+            .wrapping_add(GAMMA);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 32) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_spread_over_the_whole_range() {
+        let draws = Draws(AtomicU64::new(0));
+        let mut buckets = [0u32; 8];
+        for _ in 0..80_000 {
+            buckets[(draws.next() >> 29) as usize] += 1;
+        }
+        for count in buckets {
+            assert!((9_000..11_000).contains(&count), "{buckets:?}");
+        }
+    }
+
+    /// A call woken late from its backoff sends what is true when it wakes, or nothing.
+    #[test]
+    fn a_late_wake_up_plans_again() {
+        use std::time::Duration;
+        let policy = CallPolicy::new(Duration::from_secs(1), 3).unwrap();
+        let t0 = Instant::now();
+        let deadline = Some(Deadline::after_duration(
+            t0.into_std(),
+            Duration::from_millis(300),
+        ));
+        let at = t0 + Duration::from_millis(20);
+        let planned = match deadline::plan::decide(&policy, 1, deadline, at.into_std()) {
+            deadline::Decision::Send(attempt) => PacedDecision::Send(Delayed {
+                delay: Duration::from_millis(20),
+                attempt,
+            }),
+            deadline::Decision::Stop(_) => unreachable!(),
+        };
+        assert_eq!(after_sleep(&policy, planned, at, at, deadline), planned);
+        let late = at + Duration::from_millis(30);
+        let PacedDecision::Send(fresh) = after_sleep(&policy, planned, at, late, deadline) else {
+            panic!("still fits");
+        };
+        assert_eq!(
+            fresh.attempt.budget.unwrap().as_millis(),
+            200,
+            "300 - 50 late - 50 margin"
+        );
+        let too_late = t0 + Duration::from_millis(250);
+        assert!(matches!(
+            after_sleep(&policy, planned, at, too_late, deadline),
+            PacedDecision::Stop(Stop::NotEnoughTime { attempt: 2, .. })
+        ));
+    }
+
+    fn response(status: u16, headers: &[(&str, &str)]) -> Response<()> {
+        let mut builder = Response::builder().status(status);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(()).unwrap()
+    }
+
+    #[test]
+    fn pushback_is_read_where_it_means_something() {
+        let after = |s| Pushback::After(std::time::Duration::from_secs(s));
+        assert_eq!(
+            response_pushback(&response(503, &[("retry-after", "2")])),
+            after(2)
+        );
+        assert_eq!(
+            response_pushback(&response(429, &[("retry-after", "1")])),
+            after(1)
+        );
+        // Retry-After on a 500 or a date: not read.
+        assert_eq!(
+            response_pushback(&response(500, &[("retry-after", "2")])),
+            Pushback::None
+        );
+        assert_eq!(
+            response_pushback(&response(
+                503,
+                &[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]
+            )),
+            Pushback::None
+        );
+        assert_eq!(
+            response_pushback(&response(500, &[(GRPC_RETRY_PUSHBACK_HEADER, "-1")])),
+            Pushback::DoNotRetry
+        );
+        assert!(retryable_4xx(&response(429, &[("retry-after", "1")])));
+        assert!(!retryable_4xx(&response(429, &[])));
+        assert!(!retryable_4xx(&response(404, &[("retry-after", "1")])));
+        let budget = Budget::from_millis(900);
+        assert_eq!(answer_of(&response(504, &[]), budget).deadline_504, budget);
+        assert_eq!(answer_of(&response(504, &[]), None).deadline_504, None);
+        assert_eq!(answer_of(&response(503, &[]), budget).deadline_504, None);
+    }
+}
