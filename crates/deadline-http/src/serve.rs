@@ -1,5 +1,7 @@
-//! A small HTTP/1.1 server for a tower service: [`serve`] for a listener, [`serve_connection`]
-//! for one connection.
+//! A small HTTP server for a tower service: [`serve`] for a listener, [`serve_connection`] for
+//! one connection. Each connection speaks HTTP/1.1 or cleartext HTTP/2 with prior knowledge
+//! (h2c, what gRPC clients send over plain TCP), told apart by its first bytes (hyper-util's
+//! `auto` builder), on the same port.
 //!
 //! What it sets, and why:
 //!
@@ -11,22 +13,36 @@
 //!   headers (one byte a second, say) holds a connection, a file descriptor and a task forever.
 //!   A slow client costs only that: it holds no worker slot, since the request reaches the
 //!   service only once its headers are complete.
+//! - **A bound on a connection's first request, for both protocols.** The `auto` builder first
+//!   reads a connection's opening bytes to pick the protocol, and that read has no timeout of
+//!   its own; nor does HTTP/2 have a header-read timeout. So a connection that has not brought a
+//!   request to the service within the header-read timeout of being accepted is closed. After
+//!   the first request HTTP/1.1's own header timer takes over; an idle HTTP/2 connection with no
+//!   stream open is left to the client, as gRPC clients keep theirs open between calls.
 //! - **Hang-up detection stays on.** `half_close` is left off, so when a client closes its
 //!   connection hyper drops the request's future, and the enforce layer stops the work (see
 //!   [`enforce`](crate::enforce#caller-hang-up-what-is-detected)).
 //! - **Graceful shutdown.** When `shutdown` completes, the listener is closed, idle connections
-//!   are closed, and in-flight requests get up to [`SHUTDOWN_GRACE`] to finish.
+//!   are closed, and in-flight requests get up to [`SHUTDOWN_GRACE`] to finish. An HTTP/2
+//!   connection is sent `GOAWAY`: the streams already open run to their end, new ones are
+//!   refused (safe for the client to retry elsewhere: they were never processed).
+//! - **HTTP/2 resets are hang-ups.** When a client resets one stream (`RST_STREAM`: the attempt
+//!   was abandoned), hyper drops that request's future alone, and the enforce layer reports it
+//!   hung up; the other streams on the connection go on.
 
 use std::future::Future;
 use std::io;
 use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
 use http_body::Body;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -70,15 +86,45 @@ impl ServeOptions {
     }
 }
 
-fn builder(options: &ServeOptions) -> http1::Builder {
-    let mut builder = http1::Builder::new();
+/// HTTP/1.1 and h2c on one connection builder, each with a timer (hyper enforces its timeouts
+/// only with one).
+fn builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
+        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
     builder
 }
 
-/// Serves `service` over HTTP/1.1 on every connection `listener` accepts, until `shutdown`
+/// The service of one connection, noting that a request reached it: until one does, the
+/// connection is bounded by the header-read timeout (see the [module docs](self)).
+#[derive(Clone, Debug)]
+struct NoteFirst<S> {
+    inner: S,
+    seen: Arc<AtomicBool>,
+}
+
+impl<S, R> Service<R> for NoteFirst<S>
+where
+    S: Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> S::Future {
+        self.seen.store(true, Ordering::Relaxed);
+        self.inner.call(request)
+    }
+}
+
+/// Serves `service` over HTTP/1.1 and h2c on every connection `listener` accepts, until `shutdown`
 /// completes; then stops accepting and waits (up to [`SHUTDOWN_GRACE`]) for open connections to
 /// finish their requests.
 ///
@@ -156,13 +202,29 @@ where
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
-        let connection = builder.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(service.clone()),
-        );
+        let seen = Arc::new(AtomicBool::new(false));
+        let service = NoteFirst {
+            inner: service.clone(),
+            seen: seen.clone(),
+        };
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
         let connection = graceful.watch(connection);
+        let first_request = options.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            let mut connection = pin!(connection);
+            let ended = tokio::select! {
+                ended = &mut connection => ended,
+                () = tokio::time::sleep(first_request) => {
+                    if !seen.load(Ordering::Relaxed) {
+                        tracing::debug!(%peer, "no request within the header-read timeout");
+                        return;
+                    }
+                    connection.await
+                }
+            };
+            if let Err(error) = ended {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
@@ -178,11 +240,11 @@ where
     Ok(())
 }
 
-/// Serves `service` over HTTP/1.1 on one connection, with the same settings as [`serve`]
-/// (header-read timeout with a timer, hang-up detection on). `TCP_NODELAY` is the caller's to
-/// set on a socket. For custom accept loops (TLS, Unix sockets) and for tests over
-/// `tokio::io::duplex`.
-pub async fn serve_connection<I, S, B>(io: I, service: S) -> Result<(), hyper::Error>
+/// Serves `service` over HTTP/1.1 or h2c on one connection, with the same settings as [`serve`]
+/// (header-read timeout with a timer, hang-up detection on) except the bound on the first
+/// request, which is the caller's, as is `TCP_NODELAY` on a socket. For custom accept loops
+/// (TLS, Unix sockets) and for tests over `tokio::io::duplex`.
+pub async fn serve_connection<I, S, B>(io: I, service: S) -> Result<(), BoxError>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
