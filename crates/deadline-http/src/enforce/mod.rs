@@ -3,8 +3,8 @@
 //! [`EnforceDeadlineLayer`] wraps a service (an axum `Router`, a `service_fn`, any tower
 //! service over `http` types). For every request it:
 //!
-//! 1. notes the arrival on tokio's monotonic clock and reads `Deadline-Budget-Ms` (and, if asked,
-//!    `grpc-timeout`; the tightest wins). A malformed value is answered **400** at once, naming
+//! 1. notes the arrival on tokio's monotonic clock and reads `Deadline-Budget-Ms` (and, for a
+//!    gRPC request or if asked, `grpc-timeout`; the tightest wins). A malformed value is answered **400** at once, naming
 //!    the header and the (escaped) value; a budget already spent (`0`, `-20`) **504** at once;
 //!    no header means no deadline at all. The inner service never sees a rejected request.
 //! 2. sets the deadline at arrival + budget and the *cutoff* at the deadline less the reply
@@ -25,7 +25,10 @@
 //!    504 alike: one root span named after the hop, from arrival to the answer, whose outcome
 //!    is the status code; under it `queue`, `work` (outcome `ok`, `deadline` or `error`) and the
 //!    spans the handler's outbound calls recorded.
-//! 6. reports the request's [`Hold`] of the hop exactly once, when the answer has been handed on
+//! 6. gives its own answers (400, 504) in the caller's terms: a gRPC caller gets a trailers-only
+//!    `grpc-status` (DEADLINE_EXCEEDED, INVALID_ARGUMENT) with the same text, a Connect caller
+//!    a JSON error body; see [`answer`].
+//! 7. reports the request's [`Hold`] of the hop exactly once, when the answer has been handed on
 //!    (or could not be), as a `tracing` event with target `deadline::hold`, to the
 //!    [`on_hold`](EnforceDeadlineLayer::on_hold) hook and to the [`HoldMetrics`] counters.
 //!
@@ -125,6 +128,7 @@
 //!
 //! A tokio runtime with the time driver enabled is required (as for any tokio timer).
 
+pub mod answer;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod body;
@@ -146,6 +150,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
 
+pub use answer::Caller;
 pub use body::EnforceBody;
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
@@ -258,7 +263,9 @@ where
             return baseline::call(inner, settings, request, recorder, arrival);
         }
 
-        let budget = if settings.grpc_timeout {
+        let caller = Caller::of(request.headers());
+        // A gRPC request's own deadline header is always read.
+        let budget = if settings.grpc_timeout || caller.is_grpc() {
             let ours = DeadlineBudgetMs {
                 max: settings.max_budget,
             };
@@ -275,6 +282,7 @@ where
                 ctx: DeadlineContext::new(None, settings.reserve, arrival),
                 settings: settings.clone(),
                 recorder: Some(recorder),
+                caller,
             };
             ResponseFuture::reject(reply, status, message)
         };
@@ -324,6 +332,7 @@ where
             ctx,
             settings: settings.clone(),
             recorder: Some(recorder),
+            caller,
         };
         ResponseFuture::run(reply, work, settings.slots.clone())
     }
