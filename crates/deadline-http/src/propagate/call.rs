@@ -30,7 +30,8 @@ pub(super) struct Call<S, B> {
 
 /// How the last attempt that did not succeed ended.
 enum Failure<RB> {
-    /// A 5xx response, kept to return if no further attempt is sent.
+    /// A 5xx response (or a gRPC UNAVAILABLE or DEADLINE_EXCEEDED), kept to return if no
+    /// further attempt is sent.
     Response(Response<RB>),
     /// The inner service failed.
     Error(BoxError),
@@ -146,7 +147,7 @@ fn judge<RB>(
             if let Some(record) = &mut record {
                 record.end_with_response(end, &response);
             }
-            if response.status().is_server_error() {
+            if super::grpc::is_retryable(&response) {
                 return Err(Failure::Response(response));
             }
             if let Some(record) = record {

@@ -83,6 +83,11 @@
 //!   downstream it was waiting for.
 //! - **Stop**: no more attempts; the call ends with what the last attempt gave.
 //!
+//! For a gRPC request (`content-type: application/grpc…`) the budget also goes in
+//! `grpc-timeout`, and a `grpc-status` in the response headers is judged as the HTTP status it
+//! stands for: UNAVAILABLE as a 503, DEADLINE_EXCEEDED as a 504, any other non-zero status as
+//! final.
+//!
 //! ## Retries
 //!
 //! An attempt is retried when it got a 5xx response, when the inner service failed (a refused
@@ -160,6 +165,7 @@ mod attempt;
 mod call;
 mod client;
 pub mod future;
+mod grpc;
 mod layer;
 mod record;
 
