@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod grpc;
 mod harness;
 mod holds;
 mod hygiene;

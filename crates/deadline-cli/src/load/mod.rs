@@ -21,9 +21,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::harness::{
-    Chain, ProcessUsage, Scenario, one_user, reference, user_client, with_margin,
-};
+use crate::grpc::{Protocol, Users};
+use crate::harness::{Chain, ProcessUsage, Scenario, reference, with_margin};
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
 use crate::placement::{Placement, PlacementArgs};
@@ -92,6 +91,10 @@ pub(crate) struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Where the three services run.
+    /// How the users call the gateway, and so how each hop calls the next: HTTP/1.1 with
+    /// `Deadline-Budget-Ms`, or gRPC over h2c with `grpc-timeout`.
+    #[arg(long, value_enum, default_value_t = Protocol::Http1)]
+    protocol: Protocol,
     #[command(flatten)]
     placement: PlacementArgs,
 }
@@ -225,9 +228,12 @@ async fn run_once(
     } else {
         "load-without"
     };
-    let hops = with_margin(scenario(args).hops(deadlines), args.margin);
+    let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
+    for hop in &mut hops {
+        hop.args.extend(args.protocol.hop_args());
+    }
     let chain = Chain::start(label, &hops, placement).await?;
-    let client = user_client();
+    let client = Users::new(args.protocol);
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
     let period = Duration::from_secs_f64(1.0 / args.rate);
@@ -254,7 +260,7 @@ async fn run_once(
         let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
         let id = format!("load-{}-{i}", args.seed);
         users.spawn(async move {
-            let result = one_user(&client, &url, &id, Some(budget), wait).await;
+            let result = client.one(&url, &id, Some(budget), wait).await;
             progress.inc(1);
             result.map(|user| {
                 let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;

@@ -9,16 +9,18 @@
 //!   bare HTTP 504 to UNAVAILABLE, which means "retry me", the opposite of what a spent deadline
 //!   calls for. They are answered *trailers-only*: HTTP 200 whose headers end the stream and
 //!   carry `grpc-status` and `grpc-message` (the same text, percent-encoded, without its final
-//!   newline). 504 becomes DEADLINE_EXCEEDED (4), 400 INVALID_ARGUMENT (3), 503 UNAVAILABLE
-//!   (14), 429 RESOURCE_EXHAUSTED (8), anything else INTERNAL (13).
+//!   newline). 504 becomes DEADLINE_EXCEEDED (4), 400 INVALID_ARGUMENT (3), 503 and 502
+//!   UNAVAILABLE (14), 429 RESOURCE_EXHAUSTED (8), anything else INTERNAL (13).
 //! - **Connect** unary (a `connect-protocol-version` header): the Connect protocol keeps the
 //!   HTTP status but wants a JSON body `{"code":"deadline_exceeded","message":"…"}`
-//!   (`invalid_argument` for 400, `unavailable` for 503, `resource_exhausted` for 429, else
+//!   (`invalid_argument` for 400, `unavailable` for 503 and 502, `resource_exhausted` for 429, else
 //!   `internal`).
 //!
 //! The `Deadline-Trace` header goes on every one of these answers, as on plain HTTP ones. A
 //! response the inner service wrote (a success, or a gRPC status of its own) passes through
-//! untouched: only the layer's own answers are translated.
+//! untouched: only the layer's own answers are translated. The hop's trace and hold report
+//! record a handler's trailers-only gRPC status as the HTTP status it stands for
+//! ([`status_of`]), so a gRPC hop that ran out of time reads `504` there, as an HTTP one does.
 
 use bytes::Bytes;
 use deadline::grpc::{GRPC_MESSAGE_HEADER, GRPC_STATUS_HEADER, GrpcCode, encode_message};
@@ -71,17 +73,51 @@ impl Caller {
     }
 }
 
-/// The gRPC status the layer answers for what plain HTTP would get as `status`: 504 is
-/// DEADLINE_EXCEEDED, 400 INVALID_ARGUMENT, 503 UNAVAILABLE (shed: safe to retry), 429
-/// RESOURCE_EXHAUSTED, anything else INTERNAL.
+/// The gRPC status for what plain HTTP would get as `status`: 504 is DEADLINE_EXCEEDED, 400
+/// INVALID_ARGUMENT, 503 UNAVAILABLE (shed: safe to retry) and 502 too (as gRPC's own mapping
+/// of HTTP statuses has it), 429 RESOURCE_EXHAUSTED, 499 CANCELLED, anything else INTERNAL.
 pub fn grpc_code(status: StatusCode) -> GrpcCode {
     match status {
         StatusCode::GATEWAY_TIMEOUT => GrpcCode::DeadlineExceeded,
         StatusCode::BAD_REQUEST => GrpcCode::InvalidArgument,
-        StatusCode::SERVICE_UNAVAILABLE => GrpcCode::Unavailable,
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::BAD_GATEWAY => GrpcCode::Unavailable,
         StatusCode::TOO_MANY_REQUESTS => GrpcCode::ResourceExhausted,
         StatusCode::OK => GrpcCode::Ok,
+        status if status == CLIENT_CLOSED => GrpcCode::Cancelled,
         _ => GrpcCode::Other(13),
+    }
+}
+
+/// The HTTP status a gRPC status stands for, the reverse of [`grpc_code`]: OK is 200,
+/// DEADLINE_EXCEEDED 504, INVALID_ARGUMENT 400, UNAVAILABLE 503, RESOURCE_EXHAUSTED 429,
+/// CANCELLED 499 (nginx's "client closed request"), anything else 500.
+pub fn http_status(code: GrpcCode) -> StatusCode {
+    match code {
+        GrpcCode::Ok => StatusCode::OK,
+        GrpcCode::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        GrpcCode::InvalidArgument => StatusCode::BAD_REQUEST,
+        GrpcCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        GrpcCode::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        GrpcCode::Cancelled => CLIENT_CLOSED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
+    Ok(status) => status,
+    Err(_) => StatusCode::BAD_REQUEST,
+};
+
+/// The status `response` stands for: its HTTP status, unless its headers carry a readable,
+/// non-zero `grpc-status` (a trailers-only gRPC answer), which reads as [`http_status`] says.
+pub fn status_of<B>(response: &Response<B>) -> StatusCode {
+    match response
+        .headers()
+        .get(GRPC_STATUS_HEADER)
+        .and_then(|v| GrpcCode::parse(v.as_bytes()))
+    {
+        None | Some(GrpcCode::Ok) => response.status(),
+        Some(code) => http_status(code),
     }
 }
 
@@ -215,6 +251,7 @@ mod tests {
             (504, 4, "deadline_exceeded"),
             (400, 3, "invalid_argument"),
             (503, 14, "unavailable"),
+            (502, 14, "unavailable"),
             (429, 8, "resource_exhausted"),
             (500, 13, "internal"),
         ];
@@ -223,6 +260,18 @@ mod tests {
             assert_eq!(grpc_code(status).code(), code, "{status}");
             assert_eq!(connect_code(status), connect, "{status}");
         }
+    }
+
+    #[test]
+    fn grpc_answers_read_as_the_status_they_stand_for() {
+        for status in [200, 504, 400, 503, 429, 500, 499] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert_eq!(http_status(grpc_code(status)), status, "{status}");
+        }
+        let late: Response<()> = grpc_trailers_only(GrpcCode::DeadlineExceeded, "late");
+        assert_eq!(status_of(&late), StatusCode::GATEWAY_TIMEOUT);
+        let fine = Response::new(());
+        assert_eq!(status_of(&fine), StatusCode::OK);
     }
 
     #[test]

@@ -21,6 +21,8 @@ use deadline::header::GRPC_TIMEOUT_HEADER;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, Request, Response, StatusCode};
 
+use crate::enforce::answer;
+
 /// Whether a request with these headers is a gRPC call.
 fn is_grpc(headers: &HeaderMap) -> bool {
     headers
@@ -46,26 +48,12 @@ pub(super) fn set_timeout<B>(request: &mut Request<B>, budget: Option<Budget>) {
 }
 
 /// The status `response` stands for, as the call's trace records it: its HTTP status, unless
-/// its headers carry a gRPC status (trailers-only) that is not OK: UNAVAILABLE reads as 503,
-/// DEADLINE_EXCEEDED as 504, RESOURCE_EXHAUSTED as 429, INVALID_ARGUMENT as 400, CANCELLED as
-/// 499, any other as 500. Whether it is retried is [`is_retryable`]'s to say.
+/// its headers carry a non-zero gRPC status (trailers-only): UNAVAILABLE reads as 503,
+/// DEADLINE_EXCEEDED as 504, and so on (see [`answer::http_status`]). Whether it is retried is
+/// [`is_retryable`]'s to say.
 pub(super) fn status_of<RB>(response: &Response<RB>) -> StatusCode {
-    match grpc_status(response.headers()) {
-        None | Some(GrpcCode::Ok) => response.status(),
-        Some(GrpcCode::Unavailable) => StatusCode::SERVICE_UNAVAILABLE,
-        Some(GrpcCode::DeadlineExceeded) => StatusCode::GATEWAY_TIMEOUT,
-        Some(GrpcCode::ResourceExhausted) => StatusCode::TOO_MANY_REQUESTS,
-        Some(GrpcCode::InvalidArgument) => StatusCode::BAD_REQUEST,
-        Some(GrpcCode::Cancelled) => CLIENT_CLOSED,
-        Some(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    answer::status_of(response)
 }
-
-/// nginx's 499 "client closed request", the HTTP reading of gRPC's CANCELLED.
-const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
-    Ok(status) => status,
-    Err(_) => StatusCode::BAD_REQUEST,
-};
 
 /// Whether an attempt that got `response` failed in a way another attempt may fix: a 5xx, or a
 /// gRPC UNAVAILABLE or DEADLINE_EXCEEDED; never any other gRPC status.
