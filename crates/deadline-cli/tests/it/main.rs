@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod grpc;
 mod hold_log;
 mod hygiene;
 mod load;
