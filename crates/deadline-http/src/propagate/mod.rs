@@ -137,8 +137,10 @@
 //!
 //! Dropping the call's future drops the attempt in flight. With hyper's HTTP/1 client that
 //! closes the attempt's connection, so the callee sees the hang-up and drops its own handler,
-//! whose calls close their connections in turn: cancellation cascades hop by hop. The
-//! deadline timers are still what guarantees it; the hang-up makes it prompt.
+//! whose calls close their connections in turn: cancellation cascades hop by hop. Over HTTP/2
+//! ([`DeadlineClient::h2c`]) the attempt's stream is reset (`RST_STREAM`) instead, and only that
+//! request hangs up at the callee: the other calls on the connection go on. The deadline timers
+//! are still what guarantees it; the hang-up makes it prompt.
 //!
 //! # Work that must not inherit the deadline
 //!
