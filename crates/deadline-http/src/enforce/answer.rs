@@ -53,17 +53,14 @@ pub enum Caller {
 
 impl Caller {
     /// The kind of caller that sent a request with these headers: gRPC by its content type,
-    /// Connect by its `connect-protocol-version` header, plain HTTP otherwise.
+    /// Connect by its `connect-protocol-version` header (a Connect unary POST always has a
+    /// content type too, so a request without one costs a single lookup), plain HTTP otherwise.
     pub fn of(headers: &HeaderMap) -> Caller {
-        if headers
-            .get(CONTENT_TYPE)
-            .is_some_and(|ct| deadline::grpc::is_grpc_content_type(ct.as_bytes()))
-        {
-            Caller::Grpc
-        } else if headers.contains_key(CONNECT_PROTOCOL_VERSION) {
-            Caller::Connect
-        } else {
-            Caller::Http
+        match headers.get(CONTENT_TYPE) {
+            None => Caller::Http,
+            Some(ct) if deadline::grpc::is_grpc_content_type(ct.as_bytes()) => Caller::Grpc,
+            Some(_) if headers.contains_key(CONNECT_PROTOCOL_VERSION) => Caller::Connect,
+            Some(_) => Caller::Http,
         }
     }
 
@@ -107,6 +104,15 @@ const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
     Ok(status) => status,
     Err(_) => StatusCode::BAD_REQUEST,
 };
+
+/// The status the handler's `response` to `caller` stands for, as the hop's trace and hold
+/// record it: for a gRPC caller, [`status_of`]; for any other, its HTTP status.
+pub(crate) fn delivered_status<B>(caller: Caller, response: &Response<B>) -> StatusCode {
+    match caller {
+        Caller::Grpc => status_of(response),
+        Caller::Http | Caller::Connect => response.status(),
+    }
+}
 
 /// The status `response` stands for: its HTTP status, unless its headers carry a readable,
 /// non-zero `grpc-status` (a trailers-only gRPC answer), which reads as [`http_status`] says.

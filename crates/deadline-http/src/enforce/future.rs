@@ -385,7 +385,7 @@ impl Reply {
         response: Response<B>,
         now: Instant,
     ) -> Response<EnforceBody<B>> {
-        let status = answer::status_of(&response);
+        let status = answer::delivered_status(self.caller, &response);
         recorder.answer(Some(status), HoldOutcome::of_status(status));
         recorder.delivered();
         let trace = trace_header(&self.settings, &self.ctx, recorder.hold(), status, now);
