@@ -20,16 +20,24 @@
 //! ([`DeadlineChannel`]). tonic's request body is a stream, which cannot be sent twice; unary
 //! requests are small, so [`DeadlineChannel`] holds the body in memory first, which lets the
 //! planner re-send it on a retry.
+//!
+//! The channel has a timer of its own: tonic's client stops waiting when the request's
+//! `grpc-timeout` (which the propagate layer sets to the callee's budget) runs out, and reports
+//! that as CANCELLED "Timeout expired". The callee's enforce layer normally answers first (at its
+//! deadline less its reply reserve), but on a busy machine its answer can arrive after the
+//! channel gave up. [`DeadlineChannel`] reports that, and every other way the deadline ended the
+//! call, as DEADLINE_EXCEEDED naming the callee, so the handler passes on the right status.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use deadline::CallPolicy;
-use deadline_http::{EnforceDeadlineLayer, PropagateDeadline};
+use deadline_http::{CallError, EnforceDeadlineLayer, PropagateDeadline};
 use http_body_util::{BodyExt, Full};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -61,6 +69,7 @@ type ToTonic = fn(http::Request<Full<Bytes>>) -> http::Request<tonic::body::Body
 #[derive(Clone, Debug)]
 pub struct DeadlineChannel {
     inner: PropagateDeadline<MapRequest<Channel, ToTonic>>,
+    target: Arc<str>,
 }
 
 impl DeadlineChannel {
@@ -70,6 +79,7 @@ impl DeadlineChannel {
         DeadlineChannel {
             inner: PropagateDeadline::new(MapRequest::new(channel, to_tonic), policy)
                 .target(target),
+            target: Arc::from(target),
         }
     }
 }
@@ -86,14 +96,40 @@ impl Service<http::Request<tonic::body::Body>> for DeadlineChannel {
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let mut inner = self.inner.clone();
+        let target = self.target.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             // A unary request: one small message, held so an attempt can be sent again.
             let body = body.collect().await?.to_bytes();
             let request = http::Request::from_parts(parts, Full::new(body));
             // Called here, on the handler's task, so the propagate layer sees its deadline.
-            Ok(inner.call(request).await?)
+            inner
+                .call(request)
+                .await
+                .map_err(|e| deadline_status(&target, e))
         })
+    }
+}
+
+/// The call's error as tonic's client should report it: DEADLINE_EXCEEDED when the deadline
+/// ended the call (the planner's verdict, or the channel's own `grpc-timeout` timer), else the
+/// error as it is.
+fn deadline_status(target: &str, error: CallError) -> BoxError {
+    let timed_out = {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+        std::iter::from_fn(|| {
+            let current = source?;
+            source = current.source();
+            Some(current)
+        })
+        .any(|e| e.is::<tonic::TimeoutExpired>())
+    };
+    if error.is_deadline() || timed_out {
+        Box::new(Status::deadline_exceeded(format!(
+            "deadline exceeded while calling {target}: {error}"
+        )))
+    } else {
+        Box::new(error)
     }
 }
 

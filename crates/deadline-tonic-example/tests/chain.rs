@@ -50,10 +50,15 @@ async fn the_budget_flows_and_inventory_reports_the_deadline() {
     .unwrap();
     let status = call.result.expect_err("the deadline ran out");
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    // Inventory's own report; on a busy machine its answer can come after orders' channel
+    // stopped waiting, and then orders' report names inventory instead.
     assert!(
         status
             .message()
-            .starts_with("deadline exceeded at inventory while working: budget "),
+            .starts_with("deadline exceeded at inventory while working: budget ")
+            || status
+                .message()
+                .starts_with("deadline exceeded while calling inventory: "),
         "{status:?}"
     );
     assert!(
