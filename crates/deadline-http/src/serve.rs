@@ -13,12 +13,12 @@
 //!   headers (one byte a second, say) holds a connection, a file descriptor and a task forever.
 //!   A slow client costs only that: it holds no worker slot, since the request reaches the
 //!   service only once its headers are complete.
-//! - **A bound on a connection's first request, for both protocols.** The `auto` builder first
-//!   reads a connection's opening bytes to pick the protocol, and that read has no timeout of
-//!   its own; nor does HTTP/2 have a header-read timeout. So a connection that has not brought a
-//!   request to the service within the header-read timeout of being accepted is closed. After
-//!   the first request HTTP/1.1's own header timer takes over; an idle HTTP/2 connection with no
-//!   stream open is left to the client, as gRPC clients keep theirs open between calls.
+//! - **A bound on a connection's silence, for both protocols.** The `auto` builder first reads a
+//!   connection's opening bytes to pick the protocol, and that read has no timeout of its own.
+//!   So a connection that has sent nothing within the header-read timeout of being accepted is
+//!   closed. Once bytes arrive, HTTP/1.1's own header timer takes over; an HTTP/2 connection
+//!   that has sent its preface may stay idle with no stream open (gRPC clients connect ahead of
+//!   their first call and keep the connection between calls).
 //! - **Hang-up detection stays on.** `half_close` is left off, so when a client closes its
 //!   connection hyper drops the request's future, and the enforce layer stops the work (see
 //!   [`enforce`](crate::enforce#caller-hang-up-what-is-detected)).
@@ -32,7 +32,7 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
@@ -45,8 +45,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tower_service::Service;
 
 use crate::error::BoxError;
@@ -98,29 +98,59 @@ fn builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// The service of one connection, noting that a request reached it: until one does, the
-/// connection is bounded by the header-read timeout (see the [module docs](self)).
-#[derive(Clone, Debug)]
-struct NoteFirst<S> {
-    inner: S,
-    seen: Arc<AtomicBool>,
+/// An accepted socket that notes when its first bytes arrive: until they do, the connection is
+/// bounded by the header-read timeout (see the [module docs](self)). One flag store per
+/// connection; every other read only checks a local `bool`.
+#[derive(Debug)]
+struct FirstBytes {
+    stream: TcpStream,
+    seen: bool,
+    flag: Arc<AtomicBool>,
 }
 
-impl<S, R> Service<R> for NoteFirst<S>
-where
-    S: Service<R>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+impl AsyncRead for FirstBytes {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if !self.seen && buf.filled().len() > before {
+            self.seen = true;
+            self.flag.store(true, Ordering::Relaxed);
+        }
+        poll
+    }
+}
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
+impl AsyncWrite for FirstBytes {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
-    fn call(&mut self, request: R) -> S::Future {
-        self.seen.store(true, Ordering::Relaxed);
-        self.inner.call(request)
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
@@ -203,22 +233,26 @@ where
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
         let seen = Arc::new(AtomicBool::new(false));
-        let service = NoteFirst {
-            inner: service.clone(),
-            seen: seen.clone(),
+        let stream = FirstBytes {
+            stream,
+            seen: false,
+            flag: seen.clone(),
         };
         let connection = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+            .serve_connection(
+                TokioIo::new(stream),
+                TowerToHyperService::new(service.clone()),
+            )
             .into_owned();
         let connection = graceful.watch(connection);
-        let first_request = options.header_read_timeout;
+        let first_bytes = options.header_read_timeout;
         tokio::spawn(async move {
             let mut connection = pin!(connection);
             let ended = tokio::select! {
                 ended = &mut connection => ended,
-                () = tokio::time::sleep(first_request) => {
+                () = tokio::time::sleep(first_bytes) => {
                     if !seen.load(Ordering::Relaxed) {
-                        tracing::debug!(%peer, "no request within the header-read timeout");
+                        tracing::debug!(%peer, "nothing sent within the header-read timeout");
                         return;
                     }
                     connection.await
@@ -241,8 +275,8 @@ where
 }
 
 /// Serves `service` over HTTP/1.1 or h2c on one connection, with the same settings as [`serve`]
-/// (header-read timeout with a timer, hang-up detection on) except the bound on the first
-/// request, which is the caller's, as is `TCP_NODELAY` on a socket. For custom accept loops
+/// (header-read timeout with a timer, hang-up detection on) except the bound on a silent
+/// connection, which is the caller's, as is `TCP_NODELAY` on a socket. For custom accept loops
 /// (TLS, Unix sockets) and for tests over `tokio::io::duplex`.
 pub async fn serve_connection<I, S, B>(io: I, service: S) -> Result<(), BoxError>
 where

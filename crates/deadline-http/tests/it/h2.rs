@@ -28,7 +28,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -576,6 +576,32 @@ async fn a_silent_connection_is_closed_after_the_header_timeout() {
         .expect("the server closed the silent connection");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     assert!(Instant::now().saturating_duration_since(start) >= Duration::from_millis(250));
+    server.stop().await;
+}
+
+/// A client that has sent its HTTP/2 preface may stay idle longer than the header-read timeout
+/// (gRPC clients connect ahead of their first call) and still use the connection.
+#[tokio::test]
+async fn an_idle_http2_connection_after_its_preface_is_kept() {
+    let options = ServeOptions::default().header_read_timeout(Duration::from_millis(300));
+    let server = Server::start_with(options).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let request = Request::get(server.url("/"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender
+        .send_request(request)
+        .await
+        .expect("the same connection");
+    assert_eq!(response.status(), StatusCode::OK);
+    drop(sender);
+    let _ = timeout(Duration::from_secs(5), connection).await;
     server.stop().await;
 }
 
