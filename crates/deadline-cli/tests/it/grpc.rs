@@ -162,7 +162,8 @@ async fn a_grpc_chain_reports_the_hop_that_ran_out() {
         ),
         "{answer:?}"
     );
-    assert!(answer.elapsed < Duration::from_millis(600), "{answer:?}");
+    // At the deadline, not after inventory's 3 s of work (slack for a busy machine).
+    assert!(answer.elapsed < Duration::from_millis(1_500), "{answer:?}");
     let trace = answer.headers["deadline-trace"].to_str().unwrap();
     assert!(trace.contains("inventory@"), "{trace}");
 }

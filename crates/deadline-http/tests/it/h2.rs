@@ -363,6 +363,10 @@ async fn a_spent_grpc_timeout_is_deadline_exceeded_on_arrival() {
 async fn grpc_work_cut_at_the_deadline_is_deadline_exceeded_with_the_504_text() {
     let mut server = Server::start().await;
     let client = h2_client();
+    // Open the connection first, so the timing below is the call's alone.
+    let warm = grpc_call(&client, grpc_request(&server.url("/"), &[])).await;
+    assert_eq!(warm.status, 0);
+    server.next_hold().await;
     let start = Instant::now();
     let request = grpc_request(
         &server.url("/pkg.Svc/Get"),
@@ -372,7 +376,12 @@ async fn grpc_work_cut_at_the_deadline_is_deadline_exceeded_with_the_504_text() 
     let took = Instant::now().saturating_duration_since(start);
     assert_eq!(answer.status, 4);
     assert!(answer.trailers_only);
-    assert!(took < Duration::from_millis(300), "answered in {took:?}");
+    // Cut at the deadline (less the 10 ms reserve), not at the end of the 3 s of work; the
+    // slack is for a busy machine.
+    assert!(
+        (Duration::from_millis(250)..Duration::from_millis(1_500)).contains(&took),
+        "answered in {took:?}"
+    );
     assert!(
         answer.message.starts_with(
             "deadline exceeded at inventory while working: budget 300 ms, queued 0 ms, worked "
