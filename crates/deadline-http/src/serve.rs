@@ -13,11 +13,12 @@
 //!   headers (one byte a second, say) holds a connection, a file descriptor and a task forever.
 //!   A slow client costs only that: it holds no worker slot, since the request reaches the
 //!   service only once its headers are complete.
-//! - **A bound on a connection's silence, for both protocols.** The `auto` builder first reads a
-//!   connection's opening bytes to pick the protocol, and that read has no timeout of its own.
-//!   So a connection that has sent nothing within the header-read timeout of being accepted is
-//!   closed. Once bytes arrive, HTTP/1.1's own header timer takes over; an HTTP/2 connection
-//!   that has sent its preface may stay idle with no stream open (gRPC clients connect ahead of
+//! - **A bound on the protocol sniff.** The `auto` builder first reads a connection's opening
+//!   bytes to pick the protocol (the whole 24-byte HTTP/2 preface, or a byte that differs from
+//!   it), and that read has no timeout of its own. So a connection that has not shown its
+//!   protocol within the header-read timeout of being accepted (nothing sent, or half a
+//!   preface) is closed. Then HTTP/1.1's own header timer takes over; an HTTP/2 connection that
+//!   has sent its preface may stay idle with no stream open (gRPC clients connect ahead of
 //!   their first call and keep the connection between calls).
 //! - **Hang-up detection stays on.** `half_close` is left off, so when a client closes its
 //!   connection hyper drops the request's future, and the enforce layer stops the work (see
@@ -33,8 +34,6 @@
 use std::future::Future;
 use std::io;
 use std::pin::{Pin, pin};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -47,6 +46,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::error::BoxError;
@@ -98,14 +98,20 @@ fn builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// An accepted socket that notes when its first bytes arrive: until they do, the connection is
-/// bounded by the header-read timeout (see the [module docs](self)). One flag store per
-/// connection; every other read only checks a local `bool`.
+/// The HTTP/2 connection preface: the `auto` builder reads until it has seen all of it, or a
+/// byte that differs (then the connection is HTTP/1.1).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// An accepted socket that must show its protocol within the header-read timeout (see the
+/// [module docs](self)): until the bytes read hold the whole HTTP/2 preface, or a byte that
+/// differs from it, a read that finds nothing also polls the timer, and fails the connection
+/// once it fires. From then on the timer is gone and a read costs one `Option` check more than
+/// the bare socket's: no other task, no per-request work.
 #[derive(Debug)]
 struct FirstBytes {
     stream: TcpStream,
-    seen: bool,
-    flag: Arc<AtomicBool>,
+    /// Preface bytes matched so far, and the timer; `None` once the protocol is known.
+    sniff: Option<(usize, Pin<Box<Sleep>>)>,
 }
 
 impl AsyncRead for FirstBytes {
@@ -116,9 +122,24 @@ impl AsyncRead for FirstBytes {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let poll = Pin::new(&mut self.stream).poll_read(cx, buf);
-        if !self.seen && buf.filled().len() > before {
-            self.seen = true;
-            self.flag.store(true, Ordering::Relaxed);
+        let Some((matched, silence)) = self.sniff.as_mut() else {
+            return poll;
+        };
+        let new = &buf.filled()[before..];
+        if !new.is_empty() {
+            let want = &H2_PREFACE[*matched..];
+            let n = new.len().min(want.len());
+            if new[..n] != want[..n] || *matched + n == H2_PREFACE.len() {
+                // The protocol is known: the server's own timers take over.
+                self.sniff = None;
+            } else {
+                *matched += n;
+            }
+        } else if poll.is_pending() && silence.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the protocol was not shown within the header-read timeout",
+            )));
         }
         poll
     }
@@ -232,33 +253,17 @@ where
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
-        let seen = Arc::new(AtomicBool::new(false));
         let stream = FirstBytes {
             stream,
-            seen: false,
-            flag: seen.clone(),
+            sniff: Some((0, Box::pin(tokio::time::sleep(options.header_read_timeout)))),
         };
-        let connection = builder
-            .serve_connection(
-                TokioIo::new(stream),
-                TowerToHyperService::new(service.clone()),
-            )
-            .into_owned();
-        let connection = graceful.watch(connection);
-        let first_bytes = options.header_read_timeout;
+        let connection = builder.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(service.clone()),
+        );
+        let connection = graceful.watch(connection.into_owned());
         tokio::spawn(async move {
-            let mut connection = pin!(connection);
-            let ended = tokio::select! {
-                ended = &mut connection => ended,
-                () = tokio::time::sleep(first_bytes) => {
-                    if !seen.load(Ordering::Relaxed) {
-                        tracing::debug!(%peer, "nothing sent within the header-read timeout");
-                        return;
-                    }
-                    connection.await
-                }
-            };
-            if let Err(error) = ended {
+            if let Err(error) = connection.await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
@@ -275,8 +280,8 @@ where
 }
 
 /// Serves `service` over HTTP/1.1 or h2c on one connection, with the same settings as [`serve`]
-/// (header-read timeout with a timer, hang-up detection on) except the bound on a silent
-/// connection, which is the caller's, as is `TCP_NODELAY` on a socket. For custom accept loops
+/// (header-read timeout with a timer, hang-up detection on) except the bound on the protocol
+/// sniff, which is the caller's, as is `TCP_NODELAY` on a socket. For custom accept loops
 /// (TLS, Unix sockets) and for tests over `tokio::io::duplex`.
 pub async fn serve_connection<I, S, B>(io: I, service: S) -> Result<(), BoxError>
 where

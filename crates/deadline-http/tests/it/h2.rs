@@ -588,6 +588,23 @@ async fn a_silent_connection_is_closed_after_the_header_timeout() {
     server.stop().await;
 }
 
+/// Half an HTTP/2 preface, then nothing: the protocol is never shown, and the connection is
+/// closed after the header-read timeout too.
+#[tokio::test]
+async fn half_a_preface_is_closed_after_the_header_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let options = ServeOptions::default().header_read_timeout(Duration::from_millis(300));
+    let server = Server::start_with(options).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("the server closed the connection");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    server.stop().await;
+}
+
 /// A client that has sent its HTTP/2 preface may stay idle longer than the header-read timeout
 /// (gRPC clients connect ahead of their first call) and still use the connection.
 #[tokio::test]
