@@ -11,7 +11,8 @@ use clap::Args;
 use deadline::trace::name;
 use serde::Serialize;
 
-use crate::harness::{Chain, Scenario, UserResult, one_user, user_client, with_margin};
+use crate::grpc::{Protocol, Users};
+use crate::harness::{Chain, Scenario, UserResult, with_margin};
 use crate::holds::HoldLine;
 use crate::placement::{Placement, PlacementArgs};
 use crate::svg;
@@ -37,6 +38,10 @@ pub(crate) struct DemoArgs {
     /// handshake too: one and a half round trips) and its answer's way back.
     #[arg(long, default_value_t = 50)]
     margin: u64,
+    /// How the user calls the gateway, and so how each hop calls the next: HTTP/1.1 with
+    /// `Deadline-Budget-Ms`, or gRPC over h2c with `grpc-timeout`.
+    #[arg(long, value_enum, default_value_t = Protocol::Http1)]
+    protocol: Protocol,
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
@@ -47,6 +52,10 @@ pub(crate) struct DemoArgs {
 pub(crate) struct DemoRun {
     pub(crate) deadlines: bool,
     pub(crate) user_status: Option<u16>,
+    /// The gRPC status the user heard (`--protocol grpc`); `user_status` is then the HTTP status
+    /// it stands for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) user_grpc_status: Option<String>,
     pub(crate) user_heard_back_ms: Option<f64>,
     pub(crate) user_gave_up_ms: Option<f64>,
     pub(crate) calls: usize,
@@ -78,21 +87,19 @@ async fn run_once(
     } else {
         "demo-without"
     };
-    let chain = Chain::start(
-        label,
-        &with_margin(
-            Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()])
-                .hops(deadlines),
-            args.margin,
-        ),
-        placement,
-    )
-    .await?;
-    let client = user_client();
+    let mut hops = with_margin(
+        Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()]).hops(deadlines),
+        args.margin,
+    );
+    for hop in &mut hops {
+        hop.args.extend(args.protocol.hop_args());
+    }
+    let chain = Chain::start(label, &hops, placement).await?;
+    let client = Users::new(args.protocol);
     let url = format!("{}/order/42", chain.edge_url());
     let wait = Duration::from_millis(args.user_wait);
     let budget = args.user_wait.saturating_sub(args.margin).max(1);
-    let user = one_user(&client, &url, "demo-1", Some(budget), wait).await?;
+    let user = client.one(&url, "demo-1", Some(budget), wait).await?;
     let holds = chain.stop().await?;
     Ok(summarize(deadlines, &user, holds, user.sent_ms))
 }
@@ -109,6 +116,7 @@ fn summarize(deadlines: bool, user: &UserResult, holds: Vec<HoldLine>, start_ms:
     DemoRun {
         deadlines,
         user_status: user.status,
+        user_grpc_status: user.grpc.map(|code| code.to_string()),
         user_heard_back_ms: user.status.map(|_| elapsed_ms),
         user_gave_up_ms: user.status.is_none().then_some(elapsed_ms),
         calls: calls.len(),
@@ -133,10 +141,20 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let placement = args.placement.resolve()?;
     if !args.json {
         println!("deadline demo: user -> gateway -> orders -> inventory, each a separate process.");
+        let budget = args.user_wait.saturating_sub(args.margin).max(1);
+        let sends = match args.protocol {
+            Protocol::Http1 => format!("Deadline-Budget-Ms: {budget}"),
+            Protocol::Grpc => format!(
+                "a gRPC call with grpc-timeout: {}",
+                deadline::Budget::from_millis(budget).map_or_else(String::new, |b| {
+                    String::from_utf8_lossy(deadline::dialect::grpc_timeout(b).as_bytes())
+                        .into_owned()
+                })
+            ),
+        };
         println!(
-            "The user waits {:.1} s and sends Deadline-Budget-Ms: {}. Inventory takes {:.1} s.",
+            "The user waits {:.1} s and sends {sends}. Inventory takes {:.1} s.",
             args.user_wait as f64 / 1_000.0,
-            args.user_wait.saturating_sub(args.margin).max(1),
             args.inventory_work as f64 / 1_000.0
         );
         for line in placement.describe() {
@@ -187,7 +205,7 @@ fn print_run(run: &DemoRun) {
             "Without deadlines"
         }
     );
-    match (run.user_status, run.user_heard_back_ms, run.user_gave_up_ms) {
+    match (run.heard(), run.user_heard_back_ms, run.user_gave_up_ms) {
         (Some(status), Some(at), _) => println!("  user       heard {status} at {}", secs(at)),
         (_, _, Some(at)) => println!("  user       gave up at {} with no answer", secs(at)),
         _ => println!("  user       no answer"),
@@ -254,7 +272,7 @@ fn innermost(trace: &deadline::Trace) -> Option<String> {
 fn print_comparison(runs: &[DemoRun]) {
     let [without, with] = runs else { return };
     println!();
-    let fate = |run: &DemoRun| match (run.user_status, run.user_heard_back_ms) {
+    let fate = |run: &DemoRun| match (run.heard(), run.user_heard_back_ms) {
         (Some(status), Some(at)) => format!("heard {status} at {}", secs(at)),
         _ => format!("gave up at {}", secs(run.user_left_ms())),
     };
@@ -277,6 +295,13 @@ fn print_comparison(runs: &[DemoRun]) {
 }
 
 impl DemoRun {
+    /// What the user heard: the gRPC status's name for a gRPC user, else the HTTP status.
+    fn heard(&self) -> Option<String> {
+        self.user_grpc_status
+            .clone()
+            .or_else(|| self.user_status.map(|s| s.to_string()))
+    }
+
     fn user_left_ms(&self) -> f64 {
         self.user_heard_back_ms
             .or(self.user_gave_up_ms)

@@ -381,6 +381,8 @@ pub(crate) struct UserResult {
     pub trace: Option<String>,
     /// The reply's body, if any.
     pub body: Option<String>,
+    /// The gRPC status heard, for a gRPC user (`status` is then the HTTP status it stands for).
+    pub grpc: Option<deadline::grpc::GrpcCode>,
 }
 
 /// An HTTP/1 client for users: pooled, TCP_NODELAY on, no library behaviour of its own.
@@ -437,6 +439,7 @@ pub(crate) async fn one_user(
             left_ms,
             trace,
             body: Some(body),
+            grpc: None,
         },
         // A connection error before the wait is up is an answer too: nothing to read.
         Ok(Err(_)) => UserResult {
@@ -446,6 +449,7 @@ pub(crate) async fn one_user(
             left_ms,
             trace: None,
             body: None,
+            grpc: None,
         },
         Err(_) => UserResult {
             status: None,
@@ -454,6 +458,7 @@ pub(crate) async fn one_user(
             left_ms,
             trace: None,
             body: None,
+            grpc: None,
         },
     })
 }

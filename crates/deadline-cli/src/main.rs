@@ -7,6 +7,7 @@ mod bench;
 mod call;
 mod demo;
 mod dialect_args;
+mod grpc;
 mod harness;
 mod holds;
 mod hygiene;

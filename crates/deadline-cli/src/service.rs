@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt as _};
 
 use crate::dialect_args::DialectArgs;
+use crate::grpc::{self, DownstreamProtocol};
 use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
 use crate::outage::{BudgetArg, HedgeArg, Outage, PerAttempt, Window, do_not_retry};
 use crate::shutdown::{shutdown_signal, stdin_closed};
@@ -76,6 +77,10 @@ pub(crate) struct ServiceArgs {
     /// The downstream's name in this hop's trace (default: its host and port).
     #[arg(long)]
     pub downstream_name: Option<String>,
+    /// How to call the downstream: HTTP/1.1, HTTP/2 with prior knowledge (h2c), or gRPC unary
+    /// calls over h2c (the budget in `grpc-timeout` too, the reply's `grpc-status` judged).
+    #[arg(long, value_enum, default_value_t = DownstreamProtocol::Http1)]
+    pub downstream_protocol: DownstreamProtocol,
     /// Per-attempt timeout of the downstream call, in ms.
     #[arg(long, default_value_t = 1_000)]
     pub timeout: u64,
@@ -167,6 +172,8 @@ struct HandlerConfig {
     retries_downstream: bool,
     outage: Option<Outage>,
     per_attempt: Option<PerAttempt>,
+    /// Whether the downstream is called with gRPC.
+    grpc_downstream: bool,
 }
 
 fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
@@ -247,6 +254,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
                 .pool_idle_timeout(Duration::from_millis(args.pool_idle_timeout))
                 .pool_timer(TokioTimer::new())
+                .http2_only(args.downstream_protocol.is_http2())
                 .build(connector);
             let budget = match (args.no_retry_budget, args.retry_budget) {
                 (true, _) => None,
@@ -278,6 +286,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         retries_downstream: args.attempts > 1,
         outage: args.outage.map(Outage::new),
         per_attempt: args.slow_per_attempt.then(PerAttempt::default),
+        grpc_downstream: args.downstream_protocol == DownstreamProtocol::Grpc,
     });
 
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
@@ -327,7 +336,19 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             req
         })
         .layer(enforce)
-        .service_fn(move |req| handle(config.clone(), req));
+        .service_fn(move |req: Request<Incoming>| {
+            // A gRPC caller gets the same answer in gRPC's terms.
+            let grpc = grpc::is_grpc(req.headers());
+            let answer = handle(config.clone(), req);
+            async move {
+                let response = answer.await?;
+                Ok::<_, Infallible>(if grpc {
+                    grpc::into_grpc(response).await.map(Either::Right)
+                } else {
+                    response.map(Either::Left)
+                })
+            }
+        });
     let probe = Arc::new(RuntimeProbe {
         in_flight: in_flight.clone(),
         log: log.clone(),
@@ -483,7 +504,7 @@ impl IdMaker {
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+pub(crate) fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -531,11 +552,16 @@ async fn handle(
         ));
     };
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let mut call = Request::get(format!("{base}{path}"));
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        call = call.header(REQUEST_ID_HEADER, value);
-    }
-    let call = match call.body(Full::new(Bytes::new())) {
+    let call = if config.grpc_downstream {
+        grpc::request(&format!("{base}{path}"), &id)
+    } else {
+        let mut call = Request::get(format!("{base}{path}"));
+        if let Ok(value) = HeaderValue::from_str(&id) {
+            call = call.header(REQUEST_ID_HEADER, value);
+        }
+        call.body(Full::new(Bytes::new()))
+    };
+    let call = match call {
         Ok(call) => call,
         Err(err) => {
             return Ok(text(
@@ -545,6 +571,9 @@ async fn handle(
         }
     };
     let answer = match client.send(call).await {
+        Ok(response) if config.grpc_downstream => {
+            grpc::downstream_answer(&config.name, response).await
+        }
         Ok(response) => {
             let status = response.status();
             let body = match response.into_body().collect().await {

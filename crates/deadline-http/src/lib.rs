@@ -52,7 +52,14 @@
 //! [`pick`]; CPU-bound code calls [`check`]
 //! between slices of work; [`spawn()`] and [`run_blocking`] run work on other tasks or threads
 //! that still stops at the deadline; [`detach`] runs work that must not inherit it. [`serve()`]
-//! serves any of it over HTTP/1.1 with `TCP_NODELAY` and graceful shutdown.
+//! serves any of it over HTTP/1.1 and cleartext HTTP/2 (h2c) on one port, with `TCP_NODELAY` and
+//! graceful shutdown.
+//!
+//! gRPC callers (tonic, grpc-go, grpcio, grpc-js) get the same behaviour in their own terms:
+//! `grpc-timeout` is read as a budget, the layer's own answers are trailers-only
+//! DEADLINE_EXCEEDED or INVALID_ARGUMENT (see [`enforce::answer`]), and outbound gRPC calls
+//! carry `grpc-timeout` and are retried by their `grpc-status`. [`DeadlineClient::h2c`] speaks
+//! HTTP/2 with prior knowledge.
 
 mod activity;
 pub mod context;

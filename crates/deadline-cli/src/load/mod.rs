@@ -24,9 +24,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::harness::{
-    Chain, ProcessUsage, Scenario, one_user, reference, user_client, with_margin,
-};
+use crate::grpc::{Protocol, Users};
+use crate::harness::{Chain, ProcessUsage, Scenario, reference, with_margin};
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
 use crate::outage::{BudgetArg, HedgeArg, Window};
@@ -124,6 +123,10 @@ pub(crate) struct LoadArgs {
     /// ran out (0: whenever there is time).
     #[arg(long)]
     retry_504_share: Option<f64>,
+    /// How the users call the gateway, and so how each hop calls the next: HTTP/1.1 with
+    /// `Deadline-Budget-Ms`, or gRPC over h2c with `grpc-timeout`.
+    #[arg(long, value_enum, default_value_t = Protocol::Http1)]
+    protocol: Protocol,
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
@@ -310,9 +313,12 @@ async fn run_once(
             }
         }
     }
+    for hop in &mut hops {
+        hop.args.extend(args.protocol.hop_args());
+    }
     let hops = outage::with_retry_flags(hops, args);
     let chain = Chain::start(label, &hops, placement).await?;
-    let client = user_client();
+    let client = Users::new(args.protocol);
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
     let period = Duration::from_secs_f64(1.0 / args.rate);
@@ -339,7 +345,7 @@ async fn run_once(
         let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
         let id = format!("load-{}-{i}", args.seed);
         users.spawn(async move {
-            let result = one_user(&client, &url, &id, Some(budget), wait).await;
+            let result = client.one(&url, &id, Some(budget), wait).await;
             progress.inc(1);
             result.map(|user| {
                 let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;

@@ -6,6 +6,7 @@ mod bench;
 mod call;
 mod demo;
 mod dialects;
+mod grpc;
 mod hold_log;
 mod hygiene;
 mod load;

@@ -86,6 +86,7 @@ where
     ResB: Send + 'static,
 {
     let ctx = DeadlineContext::new(None, settings.reserve, arrival);
+    let caller = super::Caller::of(request.headers());
     request.extensions_mut().insert(ctx.clone());
     let slots = settings.slots.clone();
     let task_ctx = ctx.clone();
@@ -121,6 +122,7 @@ where
         ctx,
         settings: settings.clone(),
         recorder: None,
+        caller,
     };
     ResponseFuture::new(State::Baseline { task }, None, reply)
 }

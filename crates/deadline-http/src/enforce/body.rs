@@ -66,6 +66,25 @@ impl<B> EnforceBody<B> {
         }
     }
 
+    /// The layer's own answer as ready-made bytes (a Connect error body).
+    pub(crate) fn bytes(bytes: Bytes, recorder: Recorder) -> EnforceBody<B> {
+        EnforceBody {
+            kind: Kind::Text { text: Some(bytes) },
+            recorder: Some(recorder),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The layer's own answer with no body at all: a gRPC trailers-only answer, whose headers
+    /// end the stream.
+    pub(crate) fn empty(recorder: Recorder) -> EnforceBody<B> {
+        EnforceBody {
+            kind: Kind::Text { text: None },
+            recorder: Some(recorder),
+            ended: AtomicBool::new(false),
+        }
+    }
+
     /// Whether this is the layer's own answer (a 400 or 504 it made), not the inner service's.
     pub fn is_from_layer(&self) -> bool {
         matches!(self.kind, Kind::Text { .. })

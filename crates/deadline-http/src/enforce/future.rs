@@ -31,6 +31,7 @@ use tokio::time::{Instant, Sleep};
 use tower::util::Oneshot;
 
 use super::HopSettings;
+use super::answer::{self, Caller};
 use super::body::EnforceBody;
 use super::hold::{HoldOutcome, Recorder};
 use super::hop_trace::trace_header;
@@ -148,6 +149,8 @@ pub(crate) struct Reply {
     pub(crate) settings: Arc<HopSettings>,
     /// Taken when the answer is made (it goes into the response body, which reports the hold).
     pub(crate) recorder: Option<Recorder>,
+    /// The terms the layer's own answers are given in.
+    pub(crate) caller: Caller,
 }
 
 impl<B, E, F> fmt::Debug for ResponseFuture<B, E, F> {
@@ -406,7 +409,7 @@ impl Reply {
         response: Response<B>,
         now: Instant,
     ) -> Response<EnforceBody<B>> {
-        let status = response.status();
+        let status = answer::delivered_status(self.caller, &response);
         recorder.answer(Some(status), HoldOutcome::of_status(status));
         recorder.delivered();
         let trace = trace_header(&self.settings, &self.ctx, recorder.hold(), status, now);
@@ -418,7 +421,8 @@ impl Reply {
         Response::from_parts(parts, EnforceBody::inner(body, recorder))
     }
 
-    /// One of the layer's own answers (400, 503 or 504), with this hop's trace.
+    /// One of the layer's own answers (400, 503 or 504), in the caller's terms, with this hop's
+    /// trace.
     pub(crate) fn own_answer<B>(
         &self,
         mut recorder: Recorder,
@@ -434,7 +438,7 @@ impl Reply {
             Instant::now(),
         );
         let timing = server_timing::header(&self.settings, recorder.hold());
-        let mut response = text_response(status, EnforceBody::text(message, Some(recorder)));
+        let mut response = answer::own(self.caller, status, message, recorder);
         response.headers_mut().insert(deadline::TRACE_HEADER, trace);
         response.headers_mut().extend(timing);
         response

@@ -51,7 +51,8 @@ impl EnforceDeadlineLayer {
 
     /// A layer for the hop called `name` (used in traces, 504 bodies and hold reports), with
     /// the defaults: budgets up to [`Budget::DEFAULT_MAX`], a 10 ms reply reserve, no limit on
-    /// concurrent work, enforcement on, `grpc-timeout` ignored, `Server-Timing` on.
+    /// concurrent work, enforcement on, `grpc-timeout` read on gRPC requests only,
+    /// `Server-Timing` on.
     pub fn new(name: impl Into<String>) -> EnforceDeadlineLayer {
         let name = name.into();
         EnforceDeadlineLayer {
@@ -137,8 +138,10 @@ impl EnforceDeadlineLayer {
         self
     }
 
-    /// Also read gRPC's `grpc-timeout` header; when both headers are present the tightest
-    /// budget wins, and a malformed value in either is answered 400. Default `false`.
+    /// Also read gRPC's `grpc-timeout` header on every request, not only on gRPC ones (which
+    /// always have it read); when both headers are present the tightest budget wins, and a
+    /// malformed value in either is answered 400 (INVALID_ARGUMENT to a gRPC caller). Default
+    /// `false`.
     pub fn grpc_timeout(mut self, read: bool) -> Self {
         self.settings.grpc_timeout = read;
         let set = self.settings.sources.set;

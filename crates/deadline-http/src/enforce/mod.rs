@@ -4,7 +4,9 @@
 //! service over `http` types). For every request it:
 //!
 //! 1. notes the arrival on tokio's monotonic clock and reads `Deadline-Budget-Ms` (and the other
-//!    dialects it [accepts](EnforceDeadlineLayer::accept); the tightest wins; see [`sources`]). A malformed value is answered **400** at once, naming
+//!    dialects it [accepts](EnforceDeadlineLayer::accept), `grpc-timeout` always for a gRPC
+//!    request; the tightest wins; see [`sources`]). A malformed value is answered **400** at
+//!    once, naming
 //!    the header and the (escaped) value; a budget already spent (`0`, `-20`) **504** at once;
 //!    no header means no deadline at all. The inner service never sees a rejected request.
 //! 2. sets the deadline at arrival + budget and the *cutoff* at the deadline less the reply
@@ -29,7 +31,10 @@
 //!    spans the handler's outbound calls recorded. It adds a W3C
 //!    [`Server-Timing`](server_timing) header too (`queue;dur=0.004, work;dur=41.250,
 //!    budget;dur=200`), unless [turned off](EnforceDeadlineLayer::server_timing).
-//! 6. reports the request's [`Hold`] of the hop exactly once, when the answer has been handed on
+//! 6. gives its own answers (400, 503, 504) in the caller's terms: a gRPC caller gets a
+//!    trailers-only `grpc-status` (DEADLINE_EXCEEDED, INVALID_ARGUMENT, UNAVAILABLE) with the
+//!    same text, a Connect caller a JSON error body; see [`answer`].
+//! 7. reports the request's [`Hold`] of the hop exactly once, when the answer has been handed on
 //!    (or could not be), as a `tracing` event with target `deadline::hold`, to the
 //!    [`on_hold`](EnforceDeadlineLayer::on_hold) hook and to the [`HoldMetrics`] counters.
 //!
@@ -129,6 +134,7 @@
 //!
 //! A tokio runtime with the time driver enabled is required (as for any tokio timer).
 
+pub mod answer;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod body;
@@ -153,6 +159,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
 
+pub use answer::Caller;
 pub use body::EnforceBody;
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
@@ -282,11 +289,13 @@ where
             return baseline::call(inner, settings, request, recorder, arrival);
         }
 
+        let caller = Caller::of(request.headers());
+        // A gRPC request's own deadline header is always read.
         let budget = settings.sources.read(
             &settings.name,
             request.headers(),
             settings.max_budget,
-            settings.grpc_timeout,
+            settings.grpc_timeout || caller.is_grpc(),
         );
         let reject = |recorder, status, message| {
             let reply = Reply {
@@ -294,6 +303,7 @@ where
                 ctx: DeadlineContext::new(None, settings.reserve, arrival),
                 settings: settings.clone(),
                 recorder: Some(recorder),
+                caller,
             };
             ResponseFuture::reject(reply, status, message)
         };
@@ -343,6 +353,7 @@ where
             ctx,
             settings: settings.clone(),
             recorder: Some(recorder),
+            caller,
         };
         ResponseFuture::run(reply, work, settings.slots.clone())
     }

@@ -117,8 +117,10 @@ fn into_attempt<B>(
     request
 }
 
-/// Sets the attempt's `Deadline-Budget-Ms` to `budget`, or removes it without one.
+/// Sets the attempt's `Deadline-Budget-Ms` to `budget`, or removes it without one (and, for a
+/// gRPC request, `grpc-timeout` the same way).
 fn set_budget<B>(request: &mut Request<B>, budget: Option<Budget>) {
+    super::grpc::set_timeout(request, budget);
     let headers = request.headers_mut();
     match budget {
         // `insert` replaces every value the request arrived with; never a second line.

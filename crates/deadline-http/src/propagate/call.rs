@@ -38,7 +38,8 @@ pub(super) struct Call<S, B> {
 
 /// How the last attempt that did not succeed ended.
 pub(super) enum Failure<RB> {
-    /// A 5xx response (or a 429 with a pushback), kept to return if no further attempt is sent.
+    /// A 5xx response (or a gRPC UNAVAILABLE or DEADLINE_EXCEEDED, or a 429 with a pushback),
+    /// kept to return if no further attempt is sent.
     Response(Response<RB>),
     /// The inner service failed.
     Error(BoxError),
@@ -191,7 +192,7 @@ fn judge<RB>(
             if let Some(record) = &mut record {
                 record.end_with_response(end, &response);
             }
-            if response.status().is_server_error() || retry::retryable_4xx(&response) {
+            if super::grpc::is_retryable(&response) || retry::retryable_4xx(&response) {
                 return Err(Failure::Response(response));
             }
             if let Some(record) = record {

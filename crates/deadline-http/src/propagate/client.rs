@@ -5,7 +5,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::{Backoff, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
 use crate::error::CallError;
@@ -19,6 +19,12 @@ type HttpClient = Client<HttpConnector, Full<Bytes>>;
 /// Its connector sets `TCP_NODELAY` on every connection: with Nagle's algorithm on, a small
 /// request can sit in the kernel until the peer's delayed ACK (~40 ms), which is the size of the
 /// margins a deadline keeps. Cloning is cheap and clones share the connection pool.
+///
+/// [`DeadlineClient::new`] speaks HTTP/1.1; [`DeadlineClient::h2c`] speaks HTTP/2 with prior
+/// knowledge (cleartext, as gRPC does over plain TCP) and multiplexes every call and attempt to
+/// a host over one connection. There, an abandoned attempt (cut by the deadline, timed out, or
+/// its call dropped) resets only its own stream: the callee sees that request hang up, and the
+/// other calls on the connection go on.
 ///
 /// ```no_run
 /// # async fn handler() -> Result<(), deadline_http::CallError> {
@@ -51,6 +57,20 @@ impl DeadlineClient {
             Client::builder(TokioExecutor::new()).build(connector),
             policy,
         )
+    }
+
+    /// A client making calls under `policy` over HTTP/2 with prior knowledge (h2c): one
+    /// connection per host, every call a stream on it. The server must speak h2c (this crate's
+    /// [`serve`](crate::serve()) does, as does any gRPC server); an HTTP/1.1-only server
+    /// fails the attempt with a connection error.
+    pub fn h2c(policy: CallPolicy) -> DeadlineClient {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .timer(TokioTimer::new())
+            .build(connector);
+        DeadlineClient::from_client(client, policy)
     }
 
     /// A client making calls under `policy` through `client` (for a pool configured otherwise;

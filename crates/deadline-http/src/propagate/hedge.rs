@@ -249,7 +249,7 @@ where
                     let flight = hedged.out.swap_remove(index);
                     match result {
                         Ok(Ok(response))
-                            if !response.status().is_server_error()
+                            if !super::grpc::is_retryable(&response)
                                 && !retry::retryable_4xx(&response) =>
                         {
                             // The winner: the others lose, and are dropped (hung up) here.

@@ -83,6 +83,11 @@
 //!   downstream it was waiting for.
 //! - **Stop**: no more attempts; the call ends with what the last attempt gave.
 //!
+//! For a gRPC request (`content-type: application/grpc…`) the budget also goes in
+//! `grpc-timeout`, and a `grpc-status` in the response headers is judged as the HTTP status it
+//! stands for: UNAVAILABLE as a 503, DEADLINE_EXCEEDED as a 504, any other non-zero status as
+//! final.
+//!
 //! ## Retries
 //!
 //! An attempt is retried when it got a 5xx response, when the inner service failed (a refused
@@ -153,8 +158,10 @@
 //!
 //! Dropping the call's future drops the attempt in flight. With hyper's HTTP/1 client that
 //! closes the attempt's connection, so the callee sees the hang-up and drops its own handler,
-//! whose calls close their connections in turn: cancellation cascades hop by hop. The
-//! deadline timers are still what guarantees it; the hang-up makes it prompt.
+//! whose calls close their connections in turn: cancellation cascades hop by hop. Over HTTP/2
+//! ([`DeadlineClient::h2c`]) the attempt's stream is reset (`RST_STREAM`) instead, and only that
+//! request hangs up at the callee: the other calls on the connection go on. The deadline timers
+//! are still what guarantees it; the hang-up makes it prompt.
 //!
 //! # Work that must not inherit the deadline
 //!
@@ -182,6 +189,7 @@ mod call;
 mod client;
 pub mod dialects;
 pub mod future;
+mod grpc;
 mod hedge;
 mod layer;
 mod record;

@@ -73,7 +73,11 @@ impl CallRecord {
             .headers()
             .get(TRACE_HEADER)
             .map(|value| EncodedTrace::new(value.clone()));
-        self.close(end, Outcome::Status(response.status()), callee);
+        self.close(
+            end,
+            Outcome::Status(super::grpc::status_of(response)),
+            callee,
+        );
     }
 
     /// The planner stopped the call at `now` with `stop`, and the call ends with `result`.
@@ -95,7 +99,7 @@ impl CallRecord {
             });
         }
         self.outcome = Some(match result {
-            Ok(response) => Outcome::Status(response.status()),
+            Ok(response) => Outcome::Status(super::grpc::status_of(response)),
             Err(error) => Outcome::Word(error.outcome()),
         });
     }
@@ -134,7 +138,7 @@ impl CallRecord {
 
     /// The call ends with `response`.
     pub(super) fn finish_with<RB>(&mut self, response: &Response<RB>) {
-        self.outcome = Some(Outcome::Status(response.status()));
+        self.outcome = Some(Outcome::Status(super::grpc::status_of(response)));
     }
 
     /// Ends the attempt in flight, if any, at `end`.

@@ -292,7 +292,8 @@ pub(super) fn retryable_4xx<RB>(response: &Response<RB>) -> bool {
 pub(super) fn answer_of<RB>(response: &Response<RB>, budget: Option<Budget>) -> LastAnswer {
     LastAnswer {
         pushback: response_pushback(response),
-        deadline_504: budget.filter(|_| response.status() == StatusCode::GATEWAY_TIMEOUT),
+        deadline_504: budget
+            .filter(|_| super::grpc::status_of(response) == StatusCode::GATEWAY_TIMEOUT),
     }
 }
 
@@ -306,7 +307,7 @@ fn response_pushback<RB>(response: &Response<RB>) -> Pushback {
     {
         return pushback;
     }
-    let status = response.status();
+    let status = super::grpc::status_of(response);
     if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
         return Pushback::None;
     }

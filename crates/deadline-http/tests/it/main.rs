@@ -2,6 +2,7 @@
 
 mod dialects;
 mod enforce;
+mod h2;
 mod http_memory;
 mod loopback_client;
 mod loopback_hedge;
