@@ -23,7 +23,8 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
     let row = |label: &str, cells: Vec<String>| {
         let mut line = format!("{label:<30}");
         for cell in cells {
-            line.push_str(&format!("{cell:>16}"));
+            // At least one space between cells, however wide a cell is.
+            line.push_str(&format!(" {cell:>15}"));
         }
         println!("{}", line.trim_end());
     };
