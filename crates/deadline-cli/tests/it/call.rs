@@ -311,6 +311,18 @@ fn h2c_carries_the_budget_and_brings_back_the_trace() {
     ]);
     assert_eq!(json["status"], 200);
     assert_eq!(json["body"], "h2 ok");
+    // A gRPC call to an HTTP/2 server that is no gRPC server: no grpc-status, so UNKNOWN (2),
+    // as gRPC clients read it.
+    let json = call_json(&[
+        "--protocol",
+        "grpc",
+        "--budget",
+        "2000",
+        &format!("http://{addr}/work/10"),
+    ]);
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["grpc_status"], 2);
+    assert_eq!(hop_names(&json), ["h2hop"]);
     // HTTP/1.1 to an HTTP/2-only server fails with an error, not a panic.
     let out = call(&["--budget", "500", &format!("http://{addr}/")]);
     assert!(!out.status.success());
