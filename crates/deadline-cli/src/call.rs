@@ -5,7 +5,12 @@
 //! `--json` prints the same as one document.
 //!
 //! `--protocol http1` (the default) speaks HTTP/1.1, `h2c` HTTP/2 without TLS by prior knowledge
-//! (as gRPC servers and `curl --http2-prior-knowledge` do); `grpc` is refused for now.
+//! (as gRPC servers and `curl --http2-prior-knowledge` do). `grpc` makes one unary gRPC call over
+//! h2c: a POST of one length-prefixed message (empty, or `--data`), `application/grpc`, the
+//! budget in `grpc-timeout` (the finest unit whose count fits gRPC's 8 digits, never more than
+//! the budget) beside `Deadline-Budget-Ms`, as the client layers send it. The report adds the
+//! call's gRPC status and decoded `grpc-message`, read from the trailers or, for a
+//! trailers-only answer, from the headers (the trace is read from either too).
 //!
 //! A server that sends no trace still gets its status, time and body reported. The hop view is
 //! the core's ([`deadline::trace::hops`]): a callee's budget is only bounded there (the trace
@@ -18,17 +23,19 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use deadline::header::{BudgetValue, read_budget};
+use deadline::header::{BudgetValue, GRPC_TIMEOUT_HEADER, read_budget};
 use deadline::trace::hops::{Budget, Hop, hops};
 use deadline::trace::{TRACE_HEADER, Trace};
 use deadline::{BUDGET_HEADER, Budget as BudgetLimit};
 use deadline_http::enforce::SERVER_TIMING_HEADER;
-use http::header::HOST;
-use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty, Limited};
+use http::header::{CONTENT_TYPE, HOST};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Either, Empty, Full, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+
+use crate::grpc::{GrpcReply, frame, reply};
 
 /// At most this much of the answer's body is read and shown.
 const MAX_BODY: usize = 64 * 1024;
@@ -43,7 +50,7 @@ const NO_BUDGET_WAIT: Duration = Duration::from_secs(30);
 /// Arguments of `deadline call`.
 #[derive(Debug, Args)]
 pub(crate) struct CallArgs {
-    /// The URL to GET (`http://HOST[:PORT]/PATH`).
+    /// The URL to GET (`http://HOST[:PORT]/PATH`; with `--protocol grpc`, the method to call).
     url: String,
     /// Send `Deadline-Budget-Ms: MS`: the budget the first hop gets.
     #[arg(long, value_name = "MS")]
@@ -54,6 +61,10 @@ pub(crate) struct CallArgs {
     /// The protocol to speak.
     #[arg(long, value_enum, default_value_t = Protocol::Http1)]
     protocol: Protocol,
+    /// The gRPC request message's bytes, sent as they are (with `--protocol grpc`; default:
+    /// an empty message).
+    #[arg(short = 'd', long = "data", value_name = "BYTES")]
+    data: Option<String>,
     /// Stop waiting after this many ms (default: the budget plus 1000, or 30000 without one).
     #[arg(long, value_name = "MS")]
     timeout: Option<u64>,
@@ -69,7 +80,7 @@ enum Protocol {
     Http1,
     /// HTTP/2 without TLS, by prior knowledge.
     H2c,
-    /// gRPC: named for scripts, refused with an error until the gRPC transport is in.
+    /// One unary gRPC call over h2c.
     Grpc,
 }
 
@@ -94,6 +105,8 @@ struct Plan {
     /// The budget the request carries, as the first hop will read it.
     budget_ms: Option<u64>,
     wait: Duration,
+    /// The gRPC call's one message, framed (`--protocol grpc` only).
+    grpc_body: Option<Bytes>,
 }
 
 /// What came back.
@@ -104,6 +117,8 @@ struct Answer {
     /// Whether the body was longer than [`MAX_BODY`] (and cut there).
     body_cut: bool,
     elapsed: Duration,
+    /// The call's gRPC status, message and payload (`--protocol grpc` only).
+    grpc: Option<GrpcReply>,
 }
 
 pub(crate) async fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
@@ -117,29 +132,43 @@ pub(crate) async fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
                 plan.wait.as_millis()
             )
         })??;
-    let trace = answer
-        .headers
-        .get(TRACE_HEADER)
-        .map(Trace::from_header_value);
+    let trace = match &answer.grpc {
+        // The trace may come in the trailers too.
+        Some(grpc) => grpc
+            .trace
+            .as_deref()
+            .and_then(|t| HeaderValue::from_str(t).ok())
+            .map(|v| Trace::from_header_value(&v)),
+        None => answer
+            .headers
+            .get(TRACE_HEADER)
+            .map(Trace::from_header_value),
+    };
     let hops = trace
         .as_ref()
         .map(|t| hops(t, plan.budget_ms))
         .unwrap_or_default();
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json(&args, &plan, &answer, trace.as_ref(), &hops))?
-        );
+    let out = if args.json {
+        let mut doc =
+            serde_json::to_string_pretty(&json(&args, &plan, &answer, trace.as_ref(), &hops))?;
+        doc.push('\n');
+        doc
     } else {
-        print!("{}", report(&args, &plan, &answer, trace.as_ref(), &hops));
+        report(&args, &plan, &answer, trace.as_ref(), &hops)
+    };
+    // A reader that stops early (`| head`) closes the pipe: that ends the output, not in a panic.
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes()) {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow!(err).context("writing the report"))
+        }
+        _ => Ok(ExitCode::SUCCESS),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Checks the arguments: the URL, the headers, the budget and the protocol.
 fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
-    if args.protocol == Protocol::Grpc {
-        bail!("--protocol grpc is not available in this build yet: use http1 or h2c");
+    if args.data.is_some() && args.protocol != Protocol::Grpc {
+        bail!("--data is the gRPC message: give it with --protocol grpc");
     }
     let uri: Uri = args
         .url
@@ -188,6 +217,16 @@ fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
         }
         headers.insert(BUDGET_HEADER, HeaderValue::from(ms));
     }
+    let grpc_body = (args.protocol == Protocol::Grpc).then(|| {
+        headers
+            .entry(CONTENT_TYPE)
+            .or_insert(HeaderValue::from_static("application/grpc"));
+        headers.insert(
+            HeaderName::from_static("te"),
+            HeaderValue::from_static("trailers"),
+        );
+        frame(args.data.as_deref().unwrap_or("").as_bytes())
+    });
     // The first hop's budget, read as a server reads it (a malformed one is sent anyway, to see
     // what the server does with it, but has no figure).
     let budget_ms = match read_budget(
@@ -204,6 +243,12 @@ fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
         (None, Some(ms)) => Duration::from_millis(ms).saturating_add(GRACE),
         (None, None) => NO_BUDGET_WAIT,
     };
+    if let (Some(_), Some(budget)) = (&grpc_body, args.budget.and_then(BudgetLimit::from_millis)) {
+        // A `-H grpc-timeout` given by hand is sent as it is.
+        headers
+            .entry(GRPC_TIMEOUT_HEADER)
+            .or_insert_with(|| deadline::dialect::grpc_timeout(budget));
+    }
     Ok(Plan {
         uri,
         host,
@@ -212,6 +257,7 @@ fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
         protocol: args.protocol,
         budget_ms,
         wait,
+        grpc_body,
     })
 }
 
@@ -244,7 +290,7 @@ async fn send(plan: &Plan) -> anyhow::Result<Answer> {
             let connection = tokio::spawn(connection);
             // HTTP/1.1 sends the path; the host is in the headers.
             let target = plan.uri.path_and_query().map_or("/", |p| p.as_str());
-            let request = request(target, &plan.headers)?;
+            let request = request(Method::GET, target, &plan.headers, Empty::<Bytes>::new())?;
             (sender.send_request(request).await, connection)
         }
         Protocol::H2c | Protocol::Grpc => {
@@ -253,36 +299,79 @@ async fn send(plan: &Plan) -> anyhow::Result<Answer> {
                     .await
                     .context("starting HTTP/2 (h2c, prior knowledge)")?;
             let connection = tokio::spawn(connection);
-            // HTTP/2 sends the whole URI, as `:scheme`, `:authority` and `:path`.
-            let request = request(plan.uri.clone(), &plan.headers)?;
+            // HTTP/2 sends the whole URI, as `:scheme`, `:authority` and `:path`; a gRPC call
+            // is a POST of its one message.
+            let request = match &plan.grpc_body {
+                Some(message) => request(
+                    Method::POST,
+                    plan.uri.clone(),
+                    &plan.headers,
+                    Either::Left(Full::new(message.clone())),
+                )?,
+                None => request(
+                    Method::GET,
+                    plan.uri.clone(),
+                    &plan.headers,
+                    Either::Right(Empty::<Bytes>::new()),
+                )?,
+            };
             (sender.send_request(request).await, connection)
         }
     };
-    let response = response.context("sending the request")?;
+    let response = response.map_err(|err| {
+        let what = match plan.protocol {
+            Protocol::Http1 => "sending the request".to_owned(),
+            Protocol::H2c | Protocol::Grpc => format!(
+                "sending the request over HTTP/2 without TLS (prior knowledge{}): \
+                 {}:{} does not speak it, or closed the connection",
+                if plan.protocol == Protocol::Grpc {
+                    ", as gRPC needs"
+                } else {
+                    ""
+                },
+                plan.host,
+                plan.port
+            ),
+        };
+        anyhow!(err).context(what)
+    })?;
     let (parts, body) = response.into_parts();
-    let (body, body_cut) = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(body) => (body.to_bytes(), false),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => (Bytes::new(), true),
+    let (body, trailers, body_cut) = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(body) => {
+            let trailers = body.trailers().cloned();
+            (body.to_bytes(), trailers, false)
+        }
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => (Bytes::new(), None, true),
         Err(err) => return Err(anyhow!(err).context("reading the answer's body")),
     };
     let elapsed = Instant::now().saturating_duration_since(t0);
     connection.abort();
+    let grpc = plan
+        .grpc_body
+        .is_some()
+        .then(|| reply(parts.status, &parts.headers, trailers.as_ref(), &body));
     Ok(Answer {
         status: parts.status,
         headers: parts.headers,
         body,
         body_cut,
         elapsed,
+        grpc,
     })
 }
 
-/// A GET of `target` with `headers` and no body.
-fn request<T>(target: T, headers: &HeaderMap) -> anyhow::Result<Request<Empty<Bytes>>>
+/// A `method` request of `target` with `headers` and `body`.
+fn request<T, B>(
+    method: Method,
+    target: T,
+    headers: &HeaderMap,
+    body: B,
+) -> anyhow::Result<Request<B>>
 where
     Uri: TryFrom<T>,
     <Uri as TryFrom<T>>::Error: Into<http::Error>,
 {
-    let mut request = Request::get(target).body(Empty::<Bytes>::new())?;
+    let mut request = Request::builder().method(method).uri(target).body(body)?;
     *request.headers_mut() = headers.clone();
     Ok(request)
 }
@@ -376,9 +465,14 @@ fn report(
     let budget = plan
         .budget_ms
         .map_or_else(|| "no budget".to_owned(), |ms| format!("budget {ms} ms"));
+    let method = if plan.grpc_body.is_some() {
+        "POST"
+    } else {
+        "GET"
+    };
     let _ = writeln!(
         out,
-        "GET {} ({}), {budget}",
+        "{method} {} ({}), {budget}",
         args.url,
         args.protocol.as_str()
     );
@@ -389,6 +483,12 @@ fn report(
         answer.status.canonical_reason().unwrap_or(""),
         ms(answer.elapsed)
     );
+    if let Some(grpc) = &answer.grpc {
+        let _ = writeln!(out, "grpc-status: {} ({})", grpc.code, grpc.code.code());
+        if !grpc.message.is_empty() {
+            let _ = writeln!(out, "grpc-message: {}", grpc.message);
+        }
+    }
     for line in answer.headers.get_all(SERVER_TIMING_HEADER) {
         let _ = writeln!(
             out,
@@ -396,7 +496,11 @@ fn report(
             String::from_utf8_lossy(line.as_bytes())
         );
     }
-    let body = String::from_utf8_lossy(&answer.body);
+    let body = match &answer.grpc {
+        // The reply message's bytes, without their length prefix.
+        Some(grpc) => grpc.payload.clone(),
+        None => String::from_utf8_lossy(&answer.body).into_owned(),
+    };
     let body = body.trim_end();
     if answer.body_cut {
         let _ = writeln!(out, "body: (more than {MAX_BODY} bytes, not shown)");
@@ -492,6 +596,12 @@ struct CallJson<'a> {
     protocol: &'static str,
     budget_ms: Option<u64>,
     status: u16,
+    /// The gRPC status code (`--protocol grpc` only).
+    grpc_status: Option<u32>,
+    /// Its name, `DEADLINE_EXCEEDED`.
+    grpc_status_name: Option<String>,
+    /// `grpc-message`, decoded.
+    grpc_message: Option<String>,
     elapsed_ms: f64,
     server_timing: Vec<String>,
     body: String,
@@ -513,6 +623,9 @@ fn json<'a>(
         protocol: args.protocol.as_str(),
         budget_ms: plan.budget_ms,
         status: answer.status.as_u16(),
+        grpc_status: answer.grpc.as_ref().map(|g| g.code.code()),
+        grpc_status_name: answer.grpc.as_ref().map(|g| g.code.to_string()),
+        grpc_message: answer.grpc.as_ref().map(|g| g.message.clone()),
         elapsed_ms: (ms(answer.elapsed) * 1_000.0).round() / 1_000.0,
         server_timing: answer
             .headers
@@ -520,7 +633,10 @@ fn json<'a>(
             .iter()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .collect(),
-        body: String::from_utf8_lossy(&answer.body).into_owned(),
+        body: match &answer.grpc {
+            Some(grpc) => grpc.payload.clone(),
+            None => String::from_utf8_lossy(&answer.body).into_owned(),
+        },
         body_cut: answer.body_cut,
         trace,
         hops: hops
@@ -540,7 +656,41 @@ fn json<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_header;
+    use super::{CallArgs, Protocol, parse_header, plan};
+
+    fn args(protocol: Protocol, budget: Option<u64>, headers: &[&str]) -> CallArgs {
+        CallArgs {
+            url: "http://127.0.0.1:1/shop.Orders/Get".to_owned(),
+            budget,
+            headers: headers.iter().map(|h| (*h).to_owned()).collect(),
+            protocol,
+            data: None,
+            timeout: None,
+            json: false,
+        }
+    }
+
+    #[test]
+    fn a_grpc_call_carries_the_budget_in_both_headers_and_one_message() {
+        let grpc = plan(&args(Protocol::Grpc, Some(1_000), &[])).unwrap();
+        assert_eq!(grpc.headers["content-type"], "application/grpc");
+        assert_eq!(grpc.headers["te"], "trailers");
+        assert_eq!(grpc.headers["deadline-budget-ms"], "1000");
+        assert_eq!(grpc.headers["grpc-timeout"], "1000000u");
+        assert_eq!(grpc.grpc_body.as_deref(), Some(&[0u8, 0, 0, 0, 0][..]));
+
+        let mut with_data = args(Protocol::Grpc, Some(250_000), &["grpc-timeout: 3S"]);
+        with_data.data = Some("hi".to_owned());
+        let given = plan(&with_data).unwrap();
+        // Given by hand, kept as given.
+        assert_eq!(given.headers["grpc-timeout"], "3S");
+        assert_eq!(given.grpc_body.as_deref(), Some(&b"\0\0\0\0\x02hi"[..]));
+
+        let http = plan(&args(Protocol::H2c, Some(1_000), &[])).unwrap();
+        assert!(!http.headers.contains_key("grpc-timeout"));
+        assert!(!http.headers.contains_key("content-type"));
+        assert!(http.grpc_body.is_none());
+    }
 
     #[test]
     fn headers_parse_or_say_what_is_wrong() {

@@ -176,26 +176,48 @@ pub(crate) struct GrpcReply {
 /// after the body; a response with neither is UNKNOWN, as gRPC clients read it.
 pub(crate) async fn read_reply(response: Response<Incoming>) -> anyhow::Result<GrpcReply> {
     let (parts, body) = response.into_parts();
-    let trace = parts
-        .headers
+    if parts.headers.contains_key(GRPC_STATUS_HEADER) {
+        return Ok(reply(parts.status, &parts.headers, None, &[]));
+    }
+    let collected = body.collect().await.context("reading the gRPC reply")?;
+    let trailers = collected.trailers().cloned();
+    let data = collected.to_bytes();
+    Ok(reply(
+        parts.status,
+        &parts.headers,
+        trailers.as_ref(),
+        &data,
+    ))
+}
+
+/// A gRPC reply from a response's parts, read: `grpc-status` and `grpc-message` from the
+/// headers when they carry it (trailers-only), else from the trailers; a response with neither
+/// is UNKNOWN and a non-200 one is mapped by gRPC's HTTP rules (a proxy's error page). The
+/// trace is taken from the headers, else from the trailers. `data` is the body as received: the
+/// payload is its first message without the 5-byte prefix.
+pub(crate) fn reply(
+    status: StatusCode,
+    headers: &HeaderMap,
+    trailers: Option<&HeaderMap>,
+    data: &[u8],
+) -> GrpcReply {
+    let status_map = match trailers {
+        Some(trailers) if !headers.contains_key(GRPC_STATUS_HEADER) => trailers,
+        _ => headers,
+    };
+    let trace = headers
         .get(TRACE_HEADER)
+        .or_else(|| trailers.and_then(|t| t.get(TRACE_HEADER)))
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let (status_map, data) = if parts.headers.contains_key(GRPC_STATUS_HEADER) {
-        (parts.headers, Bytes::new())
-    } else {
-        let collected = body.collect().await.context("reading the gRPC reply")?;
-        let trailers = collected.trailers().cloned().unwrap_or_default();
-        (trailers, collected.to_bytes())
-    };
-    let code = if parts.status == StatusCode::OK {
+    let code = if status == StatusCode::OK {
         status_map
             .get(GRPC_STATUS_HEADER)
             .and_then(|v| GrpcCode::parse(v.as_bytes()))
             .unwrap_or(GrpcCode::Other(2))
     } else {
         // Not a gRPC answer at all (a proxy's error page): gRPC's HTTP mapping.
-        grpc_code(parts.status)
+        grpc_code(status)
     };
     let message = status_map
         .get(GRPC_MESSAGE_HEADER)
@@ -203,14 +225,18 @@ pub(crate) async fn read_reply(response: Response<Incoming>) -> anyhow::Result<G
         .unwrap_or_default();
     let payload = data
         .get(5..)
-        .map(|m| String::from_utf8_lossy(m).into_owned())
+        .map(|m| {
+            let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]);
+            let len = usize::try_from(len).unwrap_or(usize::MAX).min(m.len());
+            String::from_utf8_lossy(&m[..len]).into_owned()
+        })
         .unwrap_or_default();
-    Ok(GrpcReply {
+    GrpcReply {
         code,
         message,
         payload,
         trace,
-    })
+    }
 }
 
 /// The service's answer once its downstream gRPC call got `response`, as the HTTP path words

@@ -16,31 +16,53 @@ use crate::util::{Service, bin};
 /// (four times the default), so on a loaded machine a callee's 504 still reaches its caller
 /// before the caller's own cutoff.
 fn chain(inventory_work: &str) -> (Service, Service, Service) {
+    chain_over(inventory_work, &[])
+}
+
+/// [`chain`] with each hop calling the next over gRPC (on h2c).
+fn grpc_chain(inventory_work: &str) -> (Service, Service, Service) {
+    chain_over(inventory_work, &["--downstream-protocol", "grpc"])
+}
+
+/// [`chain`] with `hop_args` given to the hops that call downstream.
+fn chain_over(inventory_work: &str, hop_args: &[&str]) -> (Service, Service, Service) {
     let inventory = Service::start(&["--name", "inventory", "--work", inventory_work]);
-    let orders = Service::start(&[
-        "--name",
-        "orders",
-        "--work",
-        "20",
-        "--downstream",
-        &format!("http://{}", inventory.addr),
-        "--downstream-name",
-        "inventory",
-        "--margin",
-        "200",
-    ]);
-    let gateway = Service::start(&[
-        "--name",
-        "gateway",
-        "--work",
-        "20",
-        "--downstream",
-        &format!("http://{}", orders.addr),
-        "--downstream-name",
-        "orders",
-        "--margin",
-        "200",
-    ]);
+    let orders = Service::start(
+        &[
+            &[
+                "--name",
+                "orders",
+                "--work",
+                "20",
+                "--downstream",
+                &format!("http://{}", inventory.addr),
+                "--downstream-name",
+                "inventory",
+                "--margin",
+                "200",
+            ],
+            hop_args,
+        ]
+        .concat(),
+    );
+    let gateway = Service::start(
+        &[
+            &[
+                "--name",
+                "gateway",
+                "--work",
+                "20",
+                "--downstream",
+                &format!("http://{}", orders.addr),
+                "--downstream-name",
+                "orders",
+                "--margin",
+                "200",
+            ],
+            hop_args,
+        ]
+        .concat(),
+    );
     (inventory, orders, gateway)
 }
 
@@ -289,10 +311,133 @@ fn h2c_carries_the_budget_and_brings_back_the_trace() {
     ]);
     assert_eq!(json["status"], 200);
     assert_eq!(json["body"], "h2 ok");
+    // A gRPC call to an HTTP/2 server that is no gRPC server: no grpc-status, so UNKNOWN (2),
+    // as gRPC clients read it.
+    let json = call_json(&[
+        "--protocol",
+        "grpc",
+        "--budget",
+        "2000",
+        &format!("http://{addr}/work/10"),
+    ]);
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["grpc_status"], 2);
+    assert_eq!(hop_names(&json), ["h2hop"]);
     // HTTP/1.1 to an HTTP/2-only server fails with an error, not a panic.
     let out = call(&["--budget", "500", &format!("http://{addr}/")]);
     assert!(!out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
+#[test]
+fn a_grpc_chain_that_runs_out_reports_deadline_exceeded_and_the_hop() {
+    let (_inventory, _orders, gateway) = grpc_chain("3000");
+    let url = format!("http://{}/shop.Orders/Get", gateway.addr);
+    let json = call_json(&["--protocol", "grpc", "--budget", "1000", &url]);
+    assert_eq!(json["protocol"], "grpc");
+    // gRPC answers are HTTP 200; the status is gRPC's.
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["grpc_status"], 4);
+    assert_eq!(json["grpc_status_name"], "DEADLINE_EXCEEDED");
+    let message = json["grpc_message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "gateway: downstream answered DEADLINE_EXCEEDED: orders: downstream answered \
+             DEADLINE_EXCEEDED: deadline exceeded at inventory while working: budget "
+        ),
+        "{message}"
+    );
+    assert_eq!(json["budget_ms"], 1000);
+    assert_eq!(hop_names(&json), ["gateway", "orders", "inventory"]);
+    assert_eq!(json["ran_out"], serde_json::json!(["inventory"]));
+    assert_eq!(json["hops"][2]["work"]["outcome"], "deadline");
+    let elapsed = json["elapsed_ms"].as_f64().unwrap();
+    assert!(elapsed < 2_000.0, "{elapsed}");
+    let timing = json["server_timing"][0].as_str().unwrap();
+    assert!(timing.ends_with(", budget;dur=1000"), "{timing}");
+
+    let out = call(&["--protocol", "grpc", "--budget", "1000", &url]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("POST {url} (grpc), budget 1000 ms\n200 OK in ")),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\ngrpc-status: DEADLINE_EXCEEDED (4)\ngrpc-message: gateway: downstream answered "
+        ),
+        "{text}"
+    );
+    let marked: Vec<&str> = text.lines().filter(|l| l.contains("← ran out")).collect();
+    assert_eq!(marked.len(), 1, "{text}");
+    assert!(marked[0].contains("└─ inventory"), "{text}");
+}
+
+#[test]
+fn a_grpc_chain_in_time_answers_ok() {
+    let (_inventory, _orders, gateway) = grpc_chain("50");
+    let url = format!("http://{}/shop.Orders/Get", gateway.addr);
+    let json = call_json(&[
+        "--protocol",
+        "grpc",
+        "--budget",
+        "3000",
+        "--data",
+        "\n\u{3}any",
+        &url,
+    ]);
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["grpc_status"], 0);
+    assert_eq!(json["grpc_status_name"], "OK");
+    assert_eq!(json["grpc_message"], "");
+    // The reply message, without its length prefix: the last hop's text, passed back up.
+    let body = json["body"].as_str().unwrap();
+    assert!(body.starts_with("inventory: done in "), "{body}");
+    assert_eq!(hop_names(&json), ["gateway", "orders", "inventory"]);
+    assert_eq!(json["ran_out"], serde_json::json!([]));
+    assert!(json["hops"][2]["work"]["ms"].as_u64().unwrap() >= 50);
+}
+
+#[test]
+fn a_malformed_budget_over_grpc_is_invalid_argument() {
+    let service = Service::start(&["--name", "inventory"]);
+    let url = format!("http://{}/shop.Inventory/Reserve", service.addr);
+    let json = call_json(&["--protocol", "grpc", "-H", "Deadline-Budget-Ms: soon", &url]);
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["grpc_status"], 3);
+    assert_eq!(json["grpc_status_name"], "INVALID_ARGUMENT");
+    let message = json["grpc_message"].as_str().unwrap();
+    assert!(
+        message.contains("deadline-budget-ms") && message.contains("\"soon\""),
+        "{message}"
+    );
+    assert_eq!(json["budget_ms"], Value::Null);
+    // A grpc-timeout given by hand is sent as it is, and read by the server.
+    let json = call_json(&["--protocol", "grpc", "-H", "grpc-timeout: 12", &url]);
+    assert_eq!(json["grpc_status"], 3);
+    let message = json["grpc_message"].as_str().unwrap();
+    assert!(message.contains("grpc-timeout"), "{message}");
+}
+
+#[test]
+fn grpc_to_an_http1_only_server_is_a_clear_error() {
+    let addr = plain_server(Duration::ZERO);
+    let out = call(&[
+        "--protocol",
+        "grpc",
+        "--budget",
+        "500",
+        &format!("http://{addr}/"),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("over HTTP/2 without TLS") && err.contains("does not speak it"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.stdout.is_empty());
 }
 
 #[test]
@@ -326,8 +471,8 @@ fn bad_arguments_get_clear_errors_and_no_panic() {
             "not both",
         ),
         (
-            &["--protocol", "grpc", "http://127.0.0.1:1/"],
-            "not available in this build",
+            &["--data", "x", "http://127.0.0.1:1/"],
+            "give it with --protocol grpc",
         ),
         (
             &["--timeout", "0", "http://127.0.0.1:1/"],
