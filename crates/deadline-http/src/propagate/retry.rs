@@ -280,10 +280,10 @@ pub(super) fn after_sleep(
     }
 }
 
-/// Whether a response that is not a 5xx is still worth retrying: a 429 that says when to come
-/// back.
+/// Whether a response that is not a 5xx is still worth retrying: a 429 (or gRPC's
+/// RESOURCE_EXHAUSTED, which stands for one) that says when to come back.
 pub(super) fn retryable_4xx<RB>(response: &Response<RB>) -> bool {
-    response.status() == StatusCode::TOO_MANY_REQUESTS
+    super::grpc::status_of(response) == StatusCode::TOO_MANY_REQUESTS
         && response_pushback(response) != Pushback::None
 }
 
@@ -342,6 +342,24 @@ impl Draws {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// gRPC's RESOURCE_EXHAUSTED stands for 429: with a pushback it is retried like one, though
+    /// its HTTP status is 200.
+    #[test]
+    fn a_grpc_resource_exhausted_with_pushback_is_retryable_like_a_429() {
+        let response = |pushback: Option<&str>| {
+            let mut builder = http::Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "8");
+            if let Some(ms) = pushback {
+                builder = builder.header("grpc-retry-pushback-ms", ms);
+            }
+            builder.body(()).unwrap()
+        };
+        assert!(retryable_4xx(&response(Some("10"))));
+        assert!(!retryable_4xx(&response(None)));
+    }
 
     #[test]
     fn draws_spread_over_the_whole_range() {
