@@ -224,6 +224,7 @@ impl Slots {
     }
 
     /// Takes a slot, waiting without a deadline as long as it takes; never shed (baseline mode).
+    #[cfg(feature = "baseline")]
     pub(crate) async fn acquire(self: &Arc<Self>) -> Slot {
         let waiter = {
             let mut list = self.lock();
