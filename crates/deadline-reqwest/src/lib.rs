@@ -61,23 +61,19 @@
 //! 5xx response that is not retried further, that response is returned; after a transport error
 //! with attempts left unused for other reasons, reqwest's error is returned.
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use deadline::header::set_budget;
 use deadline::plan::backoff::{Backoff, Delayed, PacedDecision};
-use deadline::plan::retry::{
-    Callee504, GRPC_RETRY_PUSHBACK_HEADER, LastAnswer, Pushback, RetryRules, parse_grpc_pushback,
-    parse_retry_after,
-};
+use deadline::plan::retry::{self, Callee504, LastAnswer, RetryRules, is_idempotent};
 use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
 use deadline::trace::{Span, TRACE_HEADER, Trace, name, outcome};
-use deadline::{BUDGET_HEADER, Budget, CallPolicy, Deadline, Plan, Stop};
+use deadline::{CallPolicy, Deadline, Plan, Stop};
+use deadline_http::propagate::Draws;
 use deadline_http::{
     AttemptSkipped, CallError, DeadlineContext, DeadlineExceeded, IDEMPOTENCY_KEY,
 };
-use http::{Extensions, Method, StatusCode};
+use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use tokio::time::Instant;
@@ -96,28 +92,15 @@ pub struct DeadlineMiddleware {
 #[derive(Debug)]
 struct Shared {
     budget: Option<Mutex<RetryBudget>>,
-    draws: AtomicU64,
+    draws: Draws,
 }
 
 impl Shared {
     fn new(config: Option<RetryBudgetConfig>) -> Arc<Shared> {
         Arc::new(Shared {
             budget: config.map(|c| Mutex::new(RetryBudget::new(c, Instant::now().into_std()))),
-            draws: AtomicU64::new(RandomState::new().hash_one(0x5eed_u64)),
+            draws: Draws::seeded(),
         })
-    }
-
-    /// A SplitMix64 draw from one atomic counter.
-    fn draw(&self) -> u32 {
-        const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut z = self
-            .draws
-            .fetch_add(GAMMA, Ordering::Relaxed)
-            .wrapping_add(GAMMA);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 32) as u32
     }
 
     fn with_budget<T>(&self, f: impl FnOnce(&mut RetryBudget) -> T) -> Option<T> {
@@ -224,35 +207,7 @@ impl Drop for Record {
 }
 
 fn may_retry(request: &Request) -> bool {
-    let idempotent = matches!(
-        *request.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    );
-    idempotent || request.headers().contains_key(IDEMPOTENCY_KEY)
-}
-
-fn pushback(response: &Response) -> Pushback {
-    let headers = response.headers();
-    if let Some(p) = headers
-        .get(GRPC_RETRY_PUSHBACK_HEADER)
-        .and_then(|v| parse_grpc_pushback(v.as_bytes()))
-    {
-        return p;
-    }
-    let status = response.status();
-    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
-        return Pushback::None;
-    }
-    headers
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| parse_retry_after(v.as_bytes()))
-        .map_or(Pushback::None, Pushback::After)
-}
-
-fn failed(response: &Response) -> bool {
-    response.status().is_server_error()
-        || (response.status() == StatusCode::TOO_MANY_REQUESTS
-            && pushback(response) != Pushback::None)
+    is_idempotent(request.method()) || request.headers().contains_key(IDEMPOTENCY_KEY)
 }
 
 fn middleware_error(error: CallError) -> reqwest_middleware::Error {
@@ -306,20 +261,22 @@ impl Middleware for DeadlineMiddleware {
                     attempts: plan.sent(),
                 })
             } else if !propagate {
-                let rules = RetryRules {
-                    backoff: Backoff::NONE,
-                    callee_504: Callee504::ALWAYS,
-                };
-                plan.next_retry(&rules, deadline, std_now, 0, &LastAnswer::default(), |_| {
-                    true
-                })
+                let no_answer = LastAnswer::default();
+                plan.next_retry(
+                    &RetryRules::IMMEDIATE,
+                    deadline,
+                    std_now,
+                    0,
+                    &no_answer,
+                    |_| true,
+                )
             } else {
                 let first = plan.sent() == 0;
                 let decision = plan.next_retry(
                     &self.rules,
                     deadline,
                     std_now,
-                    self.shared.draw(),
+                    self.shared.draws.next(),
                     &answer,
                     {
                         |_: &Delayed| {
@@ -356,7 +313,7 @@ impl Middleware for DeadlineMiddleware {
             let Some(mut request) = copy.or_else(|| original.take()) else {
                 continue;
             };
-            set_budget(&mut request, attempt.budget);
+            set_budget(request.headers_mut(), attempt.budget);
             *request.timeout_mut() = Some(attempt.wait);
             drop(last.take());
             if let Some(record) = &mut record {
@@ -376,18 +333,13 @@ impl Middleware for DeadlineMiddleware {
                     if let Some(record) = &mut record {
                         record.attempt(end, response.status().as_u16().to_string(), callee);
                     }
-                    if !failed(&response) {
+                    if !retry::retryable(response.status(), response.headers()) {
                         if let Some(record) = &mut record {
                             record.span.outcome = Some(response.status().as_u16().to_string());
                         }
                         return Ok(response);
                     }
-                    answer = LastAnswer {
-                        pushback: pushback(&response),
-                        deadline_504: attempt
-                            .budget
-                            .filter(|_| response.status() == StatusCode::GATEWAY_TIMEOUT),
-                    };
+                    answer = LastAnswer::of(response.status(), response.headers(), attempt.budget);
                     last = Some(Failure::Response(response));
                 }
                 Ok(Err(error)) => {
@@ -421,18 +373,6 @@ impl Middleware for DeadlineMiddleware {
                     last = Some(Failure::Timeout(error, capped));
                 }
             }
-        }
-    }
-}
-
-fn set_budget(request: &mut Request, budget: Option<Budget>) {
-    let headers = request.headers_mut();
-    match budget {
-        Some(budget) => {
-            headers.insert(BUDGET_HEADER, budget.to_header_value());
-        }
-        None => {
-            headers.remove(BUDGET_HEADER);
         }
     }
 }

@@ -263,6 +263,20 @@ pub fn format_budget(remaining: Duration) -> Option<HeaderValue> {
     Budget::from_duration(remaining).map(Budget::to_header_value)
 }
 
+/// Tells a callee `budget` in `headers`: `Deadline-Budget-Ms` set to it (`insert` replaces every
+/// value the request arrived with, never a second line), or removed when there is none, so a
+/// copied request never passes on its caller's budget.
+pub fn set_budget(headers: &mut HeaderMap, budget: Option<Budget>) {
+    match budget {
+        Some(budget) => {
+            headers.insert(BUDGET_HEADER, budget.to_header_value());
+        }
+        None => {
+            headers.remove(BUDGET_HEADER);
+        }
+    }
+}
+
 impl Budget {
     /// This budget as a `Deadline-Budget-Ms` value. Written on the stack ([`Decimal`]) and
     /// copied once: it runs before every outbound attempt, and `HeaderValue::from(u64)` formats

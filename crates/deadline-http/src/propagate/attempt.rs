@@ -1,7 +1,8 @@
 //! The attempt rebuilding: the request each attempt sends, made from the call's original.
 
-use deadline::{BUDGET_HEADER, Budget, Deadline};
-use http::{Method, Request};
+use deadline::plan::retry::is_idempotent;
+use deadline::{Budget, Deadline};
+use http::Request;
 
 use super::dialects::DialectSet;
 use super::{IDEMPOTENCY_KEY, UNNAMED_TARGET};
@@ -73,11 +74,7 @@ impl<B: Clone> AttemptRequests<B> {
 /// Whether a failed attempt of `request` may be sent again: its method is idempotent, or it
 /// carries an [`IDEMPOTENCY_KEY`].
 fn may_retry<B>(request: &Request<B>) -> bool {
-    let idempotent = matches!(
-        *request.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    );
-    idempotent || request.headers().contains_key(IDEMPOTENCY_KEY)
+    is_idempotent(request.method()) || request.headers().contains_key(IDEMPOTENCY_KEY)
 }
 
 /// The request for one attempt: the original's method, URI, version, headers and a clone of its
@@ -121,16 +118,7 @@ fn into_attempt<B>(
 /// gRPC request, `grpc-timeout` the same way).
 fn set_budget<B>(request: &mut Request<B>, budget: Option<Budget>) {
     super::grpc::set_timeout(request, budget);
-    let headers = request.headers_mut();
-    match budget {
-        // `insert` replaces every value the request arrived with; never a second line.
-        Some(budget) => {
-            headers.insert(BUDGET_HEADER, budget.to_header_value());
-        }
-        None => {
-            headers.remove(BUDGET_HEADER);
-        }
-    }
+    deadline::header::set_budget(request.headers_mut(), budget);
 }
 
 /// The downstream's name when none was configured: the request URI's authority.
@@ -144,6 +132,8 @@ pub(super) fn authority_name<B>(request: &Request<B>) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use deadline::BUDGET_HEADER;
+    use http::Method;
 
     fn request(method: Method) -> Request<()> {
         Request::builder().method(method).body(()).unwrap()

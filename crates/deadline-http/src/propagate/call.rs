@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use super::attempt::{AttemptRequests, authority_name};
 use super::record::CallRecord;
-use super::retry::{self, Retries};
+use super::retry::{self, Paced, Retries};
 use super::{Target, UNNAMED_TARGET};
 use crate::context::DeadlineContext;
 use crate::error::{AttemptSkipped, BoxError, CallError, DeadlineExceeded};
@@ -77,11 +77,6 @@ where
         // from the URI only when a context needs it (or, below, before the request is moved
         // into its last attempt): without either, only an error message would ever read it.
         let (mut target, mut record) = start_record(target, context, &request);
-        // The retry budget's key: the configured target, or the URI's authority.
-        let budget_key: Arc<str> = match &target {
-            Some(target) => Arc::clone(target),
-            None => Arc::from(authority_name(&request)),
-        };
         let mut requests =
             AttemptRequests::new(request, policy.attempts(), explicit).dialects(dialects);
         let mut plan = Plan::new(policy);
@@ -89,31 +84,19 @@ where
         let mut answer = LastAnswer::default();
         loop {
             let now = Instant::now();
-            let mut decision =
-                retries.plan(&requests, &mut plan, deadline, now, &answer, &budget_key);
-            // The backoff (or the callee's pushback): the planner already spent it from the
-            // budget and planned the attempt as of when it ends; a late wake-up plans again.
-            let mut start = now;
-            let mut unsent = 0;
-            if let PacedDecision::Send(Delayed { delay, .. }) = decision {
-                if !delay.is_zero() {
-                    let at = now + delay;
-                    tokio::time::sleep_until(at).await;
-                    let woke = Instant::now();
-                    decision = retry::after_sleep(&policy, decision, at, woke, deadline);
-                    start = at.max(woke);
-                    unsent = u32::from(matches!(decision, PacedDecision::Stop(_)));
-                }
-            }
+            // The retry budget's key: the configured target, or the URI's authority.
+            let key = target_name(target.as_deref(), &requests);
+            let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, key);
+            let Paced {
+                decision,
+                start,
+                unsent,
+            } = retry::pace(&policy, decision, now, deadline).await;
             let (sent_at, attempt) = match decision {
                 PacedDecision::Send(Delayed { attempt, .. }) => (start, attempt),
                 PacedDecision::Stop(stop) => {
                     metrics.stopped(&stop);
-                    let target = || match (&target, requests.original()) {
-                        (Some(target), _) => String::from(&**target),
-                        (None, Some(request)) => authority_name(request).to_owned(),
-                        (None, None) => UNNAMED_TARGET.to_owned(),
-                    };
+                    let target = || target_name(target.as_deref(), &requests).to_owned();
                     let result = stopped(last, plan.sent() - unsent, stop, &policy, target);
                     if let Some(record) = &mut record {
                         record.stopped(start, stop, &result);
@@ -150,6 +133,19 @@ where
                 }
             }
         }
+    }
+}
+
+/// The downstream's name: the configured (or already looked-up) one, else the URI's authority
+/// while the call still holds its request.
+pub(super) fn target_name<'a, B: Clone>(
+    target: Option<&'a str>,
+    requests: &'a AttemptRequests<B>,
+) -> &'a str {
+    match (target, requests.original()) {
+        (Some(target), _) => target,
+        (None, Some(request)) => authority_name(request),
+        (None, None) => UNNAMED_TARGET,
     }
 }
 
@@ -192,7 +188,7 @@ fn judge<RB>(
             if let Some(record) = &mut record {
                 record.end_with_response(end, &response);
             }
-            if super::grpc::is_retryable(&response) || retry::retryable_4xx(&response) {
+            if retry::failed(&response) {
                 return Err(Failure::Response(response));
             }
             if let Some(record) = record {

@@ -22,14 +22,13 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::Poll;
 
 use deadline::plan::backoff::{Delayed, PacedDecision};
 use deadline::plan::hedge::HedgeDelay;
 use deadline::plan::retry::LastAnswer;
 use deadline::trace::outcome;
-use deadline::{Budget, Plan, Stop};
+use deadline::{Attempt, Budget, CallPolicy, Plan, Stop};
 use http::{Request, Response};
 use tokio::time::error::Elapsed;
 use tokio::time::{Instant, Sleep};
@@ -37,10 +36,10 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use super::UNNAMED_TARGET;
-use super::attempt::{AttemptRequests, authority_name};
-use super::call::{Call, Failure, start_record, stopped};
+use super::attempt::AttemptRequests;
+use super::call::{Call, Failure, start_record, stopped, target_name};
 use super::record::CallRecord;
-use super::retry;
+use super::retry::{self, Paced, Retries};
 use crate::error::{BoxError, CallError};
 
 /// What one attempt's future gives: its answer, or its wait elapsed.
@@ -53,6 +52,29 @@ struct Flight {
     budget: Option<Budget>,
     /// The caller's deadline cut its wait short of the policy's timeout.
     capped: bool,
+}
+
+impl Flight {
+    /// `attempt`, sent at `sent_at` under `policy`.
+    fn new(sent_at: Instant, attempt: &Attempt, policy: &CallPolicy) -> Flight {
+        Flight {
+            sent_at,
+            budget: attempt.budget,
+            capped: attempt.wait < policy.timeout(),
+        }
+    }
+}
+
+/// The timer of the next hedge after an attempt sent at `at`; none while a percentile delay
+/// has too few samples.
+fn next_hedge(
+    retries: &Retries,
+    delay: HedgeDelay,
+    at: Instant,
+) -> Option<(Instant, Pin<Box<Sleep>>)> {
+    retries
+        .hedge_delay(delay)
+        .map(|d| (at + d, Box::pin(tokio::time::sleep_until(at + d))))
 }
 
 /// The call's record and the attempts still out: those left when the call's future is dropped
@@ -124,10 +146,6 @@ where
             retries,
         } = self;
         let (target, record) = start_record(target, context, &request);
-        let key: Arc<str> = match &target {
-            Some(target) => Arc::clone(target),
-            None => Arc::from(authority_name(&request)),
-        };
         let name = || {
             target
                 .as_deref()
@@ -150,19 +168,13 @@ where
             if flights.is_empty() {
                 hedge_timer = None;
                 let now = Instant::now();
-                let mut decision = retries.plan(&requests, &mut plan, deadline, now, &answer, &key);
-                let mut start = now;
-                let mut unsent = 0;
-                if let PacedDecision::Send(Delayed { delay, .. }) = decision {
-                    if !delay.is_zero() {
-                        let at = now + delay;
-                        tokio::time::sleep_until(at).await;
-                        let woke = Instant::now();
-                        decision = retry::after_sleep(&policy, decision, at, woke, deadline);
-                        start = at.max(woke);
-                        unsent = u32::from(matches!(decision, PacedDecision::Stop(_)));
-                    }
-                }
+                let key = target_name(target.as_deref(), &requests);
+                let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, key);
+                let Paced {
+                    decision,
+                    start,
+                    unsent,
+                } = retry::pace(&policy, decision, now, deadline).await;
                 let (at, attempt) = match decision {
                     PacedDecision::Send(Delayed { attempt, .. }) => (start, attempt),
                     PacedDecision::Stop(stop) => {
@@ -181,14 +193,8 @@ where
                 metrics.attempt(plan.sent());
                 first_sent.get_or_insert(at);
                 flights.push(Box::pin(flight(inner.clone(), request, at + attempt.wait)));
-                hedged.out.push(Flight {
-                    sent_at: at,
-                    budget: attempt.budget,
-                    capped: attempt.wait < policy.timeout(),
-                });
-                hedge_timer = retries
-                    .hedge_delay(delay)
-                    .map(|d| (at + d, Box::pin(tokio::time::sleep_until(at + d))));
+                hedged.out.push(Flight::new(at, &attempt, &policy));
+                hedge_timer = next_hedge(&retries, delay, at);
             }
 
             let event = poll_fn(|cx| {
@@ -211,25 +217,17 @@ where
                     let Some((at, _)) = hedge_timer.take() else {
                         continue;
                     };
-                    match retries.plan_hedge(&requests, &mut plan, deadline, at, &key) {
+                    let key = target_name(target.as_deref(), &requests);
+                    match retries.plan_hedge(&requests, &mut plan, deadline, at, key) {
                         PacedDecision::Send(Delayed { attempt, .. }) => {
                             let Some(request) = requests.next(plan.sent(), attempt.budget) else {
                                 continue;
                             };
                             metrics.hedge();
-                            flights.push(Box::pin(flight(
-                                inner.clone(),
-                                request,
-                                at + attempt.wait,
-                            )));
-                            hedged.out.push(Flight {
-                                sent_at: at,
-                                budget: attempt.budget,
-                                capped: attempt.wait < policy.timeout(),
-                            });
-                            hedge_timer = retries
-                                .hedge_delay(delay)
-                                .map(|d| (at + d, Box::pin(tokio::time::sleep_until(at + d))));
+                            let until = at + attempt.wait;
+                            flights.push(Box::pin(flight(inner.clone(), request, until)));
+                            hedged.out.push(Flight::new(at, &attempt, &policy));
+                            hedge_timer = next_hedge(&retries, delay, at);
                         }
                         // No hedge: out of attempts or time (nothing to record), or refused by the
                         // retry budget (recorded, as a refused retry is).
@@ -248,10 +246,7 @@ where
                     drop(flights.swap_remove(index));
                     let flight = hedged.out.swap_remove(index);
                     match result {
-                        Ok(Ok(response))
-                            if !super::grpc::is_retryable(&response)
-                                && !retry::retryable_4xx(&response) =>
-                        {
+                        Ok(Ok(response)) if !retry::failed(&response) => {
                             // The winner: the others lose, and are dropped (hung up) here.
                             drop(flights);
                             hedged.close_all(end, outcome::LOST);

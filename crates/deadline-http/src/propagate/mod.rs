@@ -209,7 +209,7 @@ pub use self::dialects::DialectSet;
 pub use self::future::ResponseFuture;
 pub use self::layer::PropagateDeadlineLayer;
 use self::retry::Retries;
-pub use self::retry::RetrySettings;
+pub use self::retry::{Draws, RetrySettings};
 use crate::context::DeadlineContext;
 use crate::error::{BoxError, CallError};
 pub use deadline::plan::backoff::Backoff;

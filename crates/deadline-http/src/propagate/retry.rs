@@ -15,18 +15,14 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-use deadline::plan::backoff::{Backoff, Delayed, PacedDecision};
-use deadline::plan::retry::{
-    Callee504, GRPC_RETRY_PUSHBACK_HEADER, LastAnswer, Pushback, RetryRules, parse_grpc_pushback,
-    parse_retry_after,
-};
-use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
 use std::time::Duration;
 
+use deadline::plan::backoff::{Backoff, Delayed, PacedDecision};
 use deadline::plan::hedge::{HedgeDelay, Latencies};
+use deadline::plan::retry::{Callee504, LastAnswer, RetryRules, is_idempotent};
+use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
 use deadline::{Budget, CallPolicy, Deadline, Plan, Stop};
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response};
 use tokio::time::Instant;
 
 use super::attempt::AttemptRequests;
@@ -131,23 +127,22 @@ impl Retries {
         deadline: Option<Deadline>,
         now: Instant,
         last: &LastAnswer,
-        target: &Arc<str>,
+        target: &str,
     ) -> PacedDecision {
-        if requests.is_last(plan.sent()) || requests.original().is_none() {
-            return PacedDecision::Stop(Stop::AttemptsExhausted {
-                attempts: requests.allowed(),
-            });
+        if let Some(stop) = exhausted(requests, plan) {
+            return stop;
         }
         let std_now = crate::time::to_std(now);
         if !plan.policy().propagate() {
             // The baseline: no backoff, no budget, the callee's answer not read.
-            let rules = RetryRules {
-                backoff: Backoff::NONE,
-                callee_504: Callee504::ALWAYS,
-            };
-            return plan.next_retry(&rules, deadline, std_now, 0, &LastAnswer::default(), |_| {
-                true
-            });
+            return plan.next_retry(
+                &RetryRules::IMMEDIATE,
+                deadline,
+                std_now,
+                0,
+                &LastAnswer::default(),
+                |_| true,
+            );
         }
         let draw = self.draws.next();
         let budget = self.settings.budget;
@@ -171,15 +166,7 @@ impl Retries {
         request: &Request<B>,
         policy: &CallPolicy,
     ) -> Option<HedgeDelay> {
-        let idempotent = matches!(
-            *request.method(),
-            Method::GET
-                | Method::HEAD
-                | Method::OPTIONS
-                | Method::TRACE
-                | Method::PUT
-                | Method::DELETE
-        );
+        let idempotent = is_idempotent(request.method());
         self.settings
             .hedge
             .filter(|_| idempotent && policy.propagate() && policy.attempts() > 1)
@@ -205,51 +192,100 @@ impl Retries {
         plan: &mut Plan,
         deadline: Option<Deadline>,
         now: Instant,
-        target: &Arc<str>,
+        target: &str,
     ) -> PacedDecision {
-        if requests.is_last(plan.sent()) || requests.original().is_none() {
-            return PacedDecision::Stop(Stop::AttemptsExhausted {
-                attempts: requests.allowed(),
-            });
+        if let Some(stop) = exhausted(requests, plan) {
+            return stop;
         }
         let std_now = crate::time::to_std(now);
-        let rules = RetryRules {
-            backoff: Backoff::NONE,
-            callee_504: Callee504::ALWAYS,
-        };
         let budget = self.settings.budget;
-        plan.next_retry(&rules, deadline, std_now, 0, &LastAnswer::default(), |_| {
-            budget.is_none_or(|config| self.withdraw(target, config, std_now))
-        })
+        let no_answer = LastAnswer::default();
+        plan.next_retry(
+            &RetryRules::IMMEDIATE,
+            deadline,
+            std_now,
+            0,
+            &no_answer,
+            |_| budget.is_none_or(|config| self.withdraw(target, config, std_now)),
+        )
     }
 
-    fn withdraw(
-        &self,
-        target: &Arc<str>,
-        config: RetryBudgetConfig,
-        now: std::time::Instant,
-    ) -> bool {
+    fn withdraw(&self, target: &str, config: RetryBudgetConfig, now: std::time::Instant) -> bool {
         self.with_budget(target, config, now, |b| b.try_withdraw(now))
     }
 
+    /// Runs `f` on the budget of `target`, made at its first call (the key is copied only
+    /// then, so a call to a known target allocates nothing).
     fn with_budget<T>(
         &self,
-        target: &Arc<str>,
+        target: &str,
         config: RetryBudgetConfig,
         now: std::time::Instant,
         f: impl FnOnce(&mut RetryBudget) -> T,
     ) -> T {
         // A poisoned lock only means another call panicked mid-update of plain counters.
         let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
-        let key = if budgets.contains_key(target) || budgets.len() < MAX_BUDGETS {
-            Arc::clone(target)
+        if let Some(budget) = budgets.get_mut(target) {
+            return f(budget);
+        }
+        let key = if budgets.len() < MAX_BUDGETS {
+            target
         } else {
-            Arc::from("")
+            ""
         };
         let budget = budgets
-            .entry(key)
+            .entry(Arc::from(key))
             .or_insert_with(|| RetryBudget::new(config, now));
         f(budget)
+    }
+}
+
+/// The stop when `requests` allows no further attempt (every allowed one was sent, or the
+/// request must not be sent twice).
+fn exhausted<B: Clone>(requests: &AttemptRequests<B>, plan: &Plan) -> Option<PacedDecision> {
+    (requests.is_last(plan.sent()) || requests.original().is_none()).then(|| {
+        PacedDecision::Stop(Stop::AttemptsExhausted {
+            attempts: requests.allowed(),
+        })
+    })
+}
+
+/// A decision ready to act on: an attempt to send from `start`, or a stop.
+pub(super) struct Paced {
+    pub(super) decision: PacedDecision,
+    /// When the attempt goes out: the end of its delay, or the late wake-up.
+    pub(super) start: Instant,
+    /// 1 when the attempt planned before the delay is no longer sent after it.
+    pub(super) unsent: u32,
+}
+
+/// Sleeps `decision`'s delay (the backoff, or the callee's pushback) when it has one: the
+/// planner already spent it from the budget and planned the attempt as of when it ends, and a
+/// late wake-up plans again ([`after_sleep`]).
+pub(super) async fn pace(
+    policy: &CallPolicy,
+    decision: PacedDecision,
+    now: Instant,
+    deadline: Option<Deadline>,
+) -> Paced {
+    let delay = match decision {
+        PacedDecision::Send(Delayed { delay, .. }) if !delay.is_zero() => delay,
+        _ => {
+            return Paced {
+                decision,
+                start: now,
+                unsent: 0,
+            };
+        }
+    };
+    let at = now + delay;
+    tokio::time::sleep_until(at).await;
+    let woke = Instant::now();
+    let decision = after_sleep(policy, decision, at, woke, deadline);
+    Paced {
+        unsent: u32::from(matches!(decision, PacedDecision::Stop(_))),
+        decision,
+        start: at.max(woke),
     }
 }
 
@@ -280,53 +316,38 @@ pub(super) fn after_sleep(
     }
 }
 
-/// Whether a response that is not a 5xx is still worth retrying: a 429 (or gRPC's
-/// RESOURCE_EXHAUSTED, which stands for one) that says when to come back.
-pub(super) fn retryable_4xx<RB>(response: &Response<RB>) -> bool {
-    super::grpc::status_of(response) == StatusCode::TOO_MANY_REQUESTS
-        && response_pushback(response) != Pushback::None
+/// Whether an attempt that got `response` failed in a way another attempt may fix: a 5xx, a
+/// gRPC UNAVAILABLE or DEADLINE_EXCEEDED, or a 429 (or gRPC's RESOURCE_EXHAUSTED, which stands
+/// for one) that says when to come back.
+pub(super) fn failed<RB>(response: &Response<RB>) -> bool {
+    super::grpc::is_retryable(response) || retryable_4xx(response)
+}
+
+/// [`deadline::plan::retry::retryable_4xx`] of the status `response` stands for.
+fn retryable_4xx<RB>(response: &Response<RB>) -> bool {
+    deadline::plan::retry::retryable_4xx(super::grpc::status_of(response), response.headers())
 }
 
 /// What a failed attempt's `response` says about retrying it, the attempt having told its
-/// callee `budget`.
+/// callee `budget` (a gRPC answer read as the HTTP status it stands for).
 pub(super) fn answer_of<RB>(response: &Response<RB>, budget: Option<Budget>) -> LastAnswer {
-    LastAnswer {
-        pushback: response_pushback(response),
-        deadline_504: budget
-            .filter(|_| super::grpc::status_of(response) == StatusCode::GATEWAY_TIMEOUT),
-    }
+    LastAnswer::of(super::grpc::status_of(response), response.headers(), budget)
 }
 
-/// The pushback a response carries: `grpc-retry-pushback-ms` on any answer, `Retry-After`
-/// (delta-seconds) on a 429 or 503. An unreadable value is no pushback.
-fn response_pushback<RB>(response: &Response<RB>) -> Pushback {
-    let headers = response.headers();
-    if let Some(pushback) = headers
-        .get(GRPC_RETRY_PUSHBACK_HEADER)
-        .and_then(|v| parse_grpc_pushback(v.as_bytes()))
-    {
-        return pushback;
-    }
-    let status = super::grpc::status_of(response);
-    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
-        return Pushback::None;
-    }
-    headers
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| parse_retry_after(v.as_bytes()))
-        .map_or(Pushback::None, Pushback::After)
-}
-
-/// SplitMix64 over one atomic counter: each draw adds the golden gamma and mixes.
+/// The random draws backoff jitter is taken from (see the [module docs](self)): SplitMix64 over
+/// one atomic counter, each draw adding the golden gamma and mixing. Shared by every clone of
+/// a client; for other clients built on the planner too.
 #[derive(Debug)]
-struct Draws(AtomicU64);
+pub struct Draws(AtomicU64);
 
 impl Draws {
-    fn seeded() -> Draws {
+    /// A sequence seeded from the standard library's per-process random keys.
+    pub fn seeded() -> Draws {
         Draws(AtomicU64::new(RandomState::new().hash_one(0x5eed_u64)))
     }
 
-    fn next(&self) -> u32 {
+    /// The next draw, uniform over `u32`.
+    pub fn next(&self) -> u32 {
         const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut z = self
             .0
@@ -342,6 +363,7 @@ impl Draws {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::StatusCode;
 
     /// gRPC's RESOURCE_EXHAUSTED stands for 429: with a pushback it is retried like one, though
     /// its HTTP status is 200.
@@ -406,49 +428,5 @@ mod tests {
             after_sleep(&policy, planned, at, too_late, deadline),
             PacedDecision::Stop(Stop::NotEnoughTime { attempt: 2, .. })
         ));
-    }
-
-    fn response(status: u16, headers: &[(&str, &str)]) -> Response<()> {
-        let mut builder = Response::builder().status(status);
-        for (name, value) in headers {
-            builder = builder.header(*name, *value);
-        }
-        builder.body(()).unwrap()
-    }
-
-    #[test]
-    fn pushback_is_read_where_it_means_something() {
-        let after = |s| Pushback::After(std::time::Duration::from_secs(s));
-        assert_eq!(
-            response_pushback(&response(503, &[("retry-after", "2")])),
-            after(2)
-        );
-        assert_eq!(
-            response_pushback(&response(429, &[("retry-after", "1")])),
-            after(1)
-        );
-        // Retry-After on a 500 or a date: not read.
-        assert_eq!(
-            response_pushback(&response(500, &[("retry-after", "2")])),
-            Pushback::None
-        );
-        assert_eq!(
-            response_pushback(&response(
-                503,
-                &[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]
-            )),
-            Pushback::None
-        );
-        assert_eq!(
-            response_pushback(&response(500, &[(GRPC_RETRY_PUSHBACK_HEADER, "-1")])),
-            Pushback::DoNotRetry
-        );
-        assert!(retryable_4xx(&response(429, &[("retry-after", "1")])));
-        assert!(!retryable_4xx(&response(429, &[])));
-        assert!(!retryable_4xx(&response(404, &[("retry-after", "1")])));
-        let budget = Budget::from_millis(900);
-        assert_eq!(answer_of(&response(504, &[]), budget).deadline_504, budget);
-        assert_eq!(answer_of(&response(504, &[]), None).deadline_504, None);
-        assert_eq!(answer_of(&response(503, &[]), budget).deadline_504, None);
     }
 }

@@ -44,6 +44,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use http::{HeaderMap, Method, StatusCode};
+
 use super::backoff::{Backoff, Delayed, PacedDecision};
 use super::{CallPolicy, Decision, Plan, Stop, decide};
 use crate::budget::{Budget, Deadline};
@@ -106,6 +108,46 @@ pub fn parse_grpc_pushback(value: &[u8]) -> Option<Pushback> {
     Some(Pushback::After(Duration::from_millis(ms).min(MAX_PUSHBACK)))
 }
 
+/// The pushback an answer with `status` and `headers` carries: `grpc-retry-pushback-ms` on any
+/// answer, `Retry-After` (delta-seconds) on a 429 or 503. An unreadable value is no pushback.
+pub fn pushback_of(status: StatusCode, headers: &HeaderMap) -> Pushback {
+    if let Some(pushback) = headers
+        .get(GRPC_RETRY_PUSHBACK_HEADER)
+        .and_then(|v| parse_grpc_pushback(v.as_bytes()))
+    {
+        return pushback;
+    }
+    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
+        return Pushback::None;
+    }
+    headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| parse_retry_after(v.as_bytes()))
+        .map_or(Pushback::None, Pushback::After)
+}
+
+/// Whether an answer that is not a 5xx is still worth retrying: a 429 that says when to come
+/// back. Every other 4xx is final.
+pub fn retryable_4xx(status: StatusCode, headers: &HeaderMap) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS && pushback_of(status, headers) != Pushback::None
+}
+
+/// Whether an answer failed in a way another attempt may fix: a 5xx, or a 429 that says when
+/// to come back.
+pub fn retryable(status: StatusCode, headers: &HeaderMap) -> bool {
+    status.is_server_error() || retryable_4xx(status, headers)
+}
+
+/// Whether a request with `method` may be sent twice as it is: `GET`, `HEAD`, `OPTIONS`,
+/// `TRACE`, `PUT` and `DELETE` (a request with another method is retried only when it carries
+/// an idempotency key; that is the client's business).
+pub fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
 /// The rule for retrying a callee's deadline 504 (see the [module docs](self#a-callees-deadline-504)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Callee504 {
@@ -160,6 +202,26 @@ pub struct RetryRules {
     pub backoff: Backoff,
     /// When a callee's 504 is worth retrying.
     pub callee_504: Callee504,
+}
+
+impl RetryRules {
+    /// Retries sent at once and every callee 504 retried: what a client without the library
+    /// does, and how a hedge is planned (its delay is the wait).
+    pub const IMMEDIATE: RetryRules = RetryRules {
+        backoff: Backoff::NONE,
+        callee_504: Callee504::ALWAYS,
+    };
+}
+
+impl LastAnswer {
+    /// What a failed answer with `status` and `headers` tells the planner, the attempt having
+    /// told its callee `budget`: its pushback, and the budget it ran out of if it was a 504.
+    pub fn of(status: StatusCode, headers: &HeaderMap, budget: Option<Budget>) -> LastAnswer {
+        LastAnswer {
+            pushback: pushback_of(status, headers),
+            deadline_504: budget.filter(|_| status == StatusCode::GATEWAY_TIMEOUT),
+        }
+    }
 }
 
 /// Decides attempt `sent + 1` after `last` failed: as

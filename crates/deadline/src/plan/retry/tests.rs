@@ -333,3 +333,68 @@ proptest! {
         }
     }
 }
+
+fn response(status: u16, headers: &[(&str, &str)]) -> (StatusCode, HeaderMap) {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        map.append(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    (StatusCode::from_u16(status).unwrap(), map)
+}
+
+fn pushback_in(answer: &(StatusCode, HeaderMap)) -> Pushback {
+    pushback_of(answer.0, &answer.1)
+}
+
+fn retryable_4xx_in(answer: &(StatusCode, HeaderMap)) -> bool {
+    retryable_4xx(answer.0, &answer.1)
+}
+
+fn last_answer_in(answer: &(StatusCode, HeaderMap), budget: Option<Budget>) -> LastAnswer {
+    LastAnswer::of(answer.0, &answer.1, budget)
+}
+
+#[test]
+fn pushback_is_read_where_it_means_something() {
+    let after = |s| Pushback::After(std::time::Duration::from_secs(s));
+    assert_eq!(
+        pushback_in(&response(503, &[("retry-after", "2")])),
+        after(2)
+    );
+    assert_eq!(
+        pushback_in(&response(429, &[("retry-after", "1")])),
+        after(1)
+    );
+    // Retry-After on a 500 or a date: not read.
+    assert_eq!(
+        pushback_in(&response(500, &[("retry-after", "2")])),
+        Pushback::None
+    );
+    assert_eq!(
+        pushback_in(&response(
+            503,
+            &[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]
+        )),
+        Pushback::None
+    );
+    assert_eq!(
+        pushback_in(&response(500, &[(GRPC_RETRY_PUSHBACK_HEADER, "-1")])),
+        Pushback::DoNotRetry
+    );
+    assert!(retryable_4xx_in(&response(429, &[("retry-after", "1")])));
+    assert!(!retryable_4xx_in(&response(429, &[])));
+    assert!(!retryable_4xx_in(&response(404, &[("retry-after", "1")])));
+    let budget = Budget::from_millis(900);
+    assert_eq!(
+        last_answer_in(&response(504, &[]), budget).deadline_504,
+        budget
+    );
+    assert_eq!(last_answer_in(&response(504, &[]), None).deadline_504, None);
+    assert_eq!(
+        last_answer_in(&response(503, &[]), budget).deadline_504,
+        None
+    );
+}
