@@ -66,7 +66,6 @@ impl EnforceDeadlineLayer {
                 min_useful: None,
                 #[cfg(feature = "baseline")]
                 enforce: true,
-                grpc_timeout: false,
                 sources: super::sources::Sources::default(),
                 server_timing: true,
                 on_hold: None,
@@ -143,7 +142,6 @@ impl EnforceDeadlineLayer {
     /// malformed value in either is answered 400 (INVALID_ARGUMENT to a gRPC caller). Default
     /// `false`.
     pub fn grpc_timeout(mut self, read: bool) -> Self {
-        self.settings.grpc_timeout = read;
         let set = self.settings.sources.set;
         self.settings.sources.set = if read {
             set.with(Source::GrpcTimeout)
@@ -168,7 +166,6 @@ impl EnforceDeadlineLayer {
     /// # let _ = layer;
     /// ```
     pub fn accept(mut self, sources: SourceSet) -> Self {
-        self.settings.grpc_timeout = sources.contains(Source::GrpcTimeout);
         self.settings.sources.set = sources;
         self
     }

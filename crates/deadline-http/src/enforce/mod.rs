@@ -195,7 +195,6 @@ pub(crate) struct HopSettings {
     /// `false` in baseline mode.
     #[cfg(feature = "baseline")]
     enforce: bool,
-    grpc_timeout: bool,
     sources: sources::Sources,
     /// Whether answers carry a `Server-Timing` header.
     server_timing: bool,
@@ -216,7 +215,6 @@ impl fmt::Debug for HopSettings {
         #[cfg(feature = "baseline")]
         debug.field("enforce", &self.enforce);
         debug
-            .field("grpc_timeout", &self.grpc_timeout)
             .field("sources", &self.sources)
             .field("server_timing", &self.server_timing)
             .field("on_hold", &self.on_hold.is_some())
@@ -295,7 +293,7 @@ where
             &settings.name,
             request.headers(),
             settings.max_budget,
-            settings.grpc_timeout || caller.is_grpc(),
+            caller.is_grpc(),
         );
         let reject = |recorder, status, message| {
             let reply = Reply {
