@@ -69,15 +69,8 @@ impl CallRecord {
 
     /// The attempt in flight got `response` at `end`: its callee's trace goes under it.
     pub(super) fn end_with_response<RB>(&mut self, end: Instant, response: &Response<RB>) {
-        let callee = response
-            .headers()
-            .get(TRACE_HEADER)
-            .map(|value| EncodedTrace::new(value.clone()));
-        self.close(
-            end,
-            Outcome::Status(super::grpc::status_of(response)),
-            callee,
-        );
+        let status = super::grpc::status_of(response);
+        self.close(end, Outcome::Status(status), callee_trace(response));
     }
 
     /// The planner stopped the call at `now` with `stop`, and the call ends with `result`.
@@ -119,13 +112,7 @@ impl CallRecord {
         outcome: Result<&Response<RB>, &'static str>,
     ) {
         let (outcome, callee) = match outcome {
-            Ok(response) => (
-                Outcome::Status(response.status()),
-                response
-                    .headers()
-                    .get(TRACE_HEADER)
-                    .map(|value| EncodedTrace::new(value.clone())),
-            ),
+            Ok(response) => (Outcome::Status(response.status()), callee_trace(response)),
             Err(word) => (Outcome::Word(word), None),
         };
         self.call.attempts.push(AttemptSpan {
@@ -153,6 +140,14 @@ impl CallRecord {
             callee,
         });
     }
+}
+
+/// The callee's `Deadline-Trace` in `response`, kept as the text it came in.
+fn callee_trace<RB>(response: &Response<RB>) -> Option<EncodedTrace> {
+    response
+        .headers()
+        .get(TRACE_HEADER)
+        .map(|value| EncodedTrace::new(value.clone()))
 }
 
 impl Drop for CallRecord {
