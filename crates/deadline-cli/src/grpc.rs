@@ -27,7 +27,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::harness::{UserClient, UserResult, one_user, user_client};
+use crate::harness::{Heard, UserClient, UserResult, hear, one_user, user_client};
 use crate::service::text;
 
 const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
@@ -316,45 +316,20 @@ impl Users {
                 deadline::dialect::grpc_timeout(budget),
             );
         }
-        let start = tokio::time::Instant::now();
-        let sent_ms = crate::holds::epoch_ms_now();
-        let attempt = async { read_reply(client.request(call).await?).await };
-        let result = tokio::time::timeout(wait, attempt).await;
-        let left_ms = crate::holds::epoch_ms_now();
-        let elapsed = tokio::time::Instant::now().saturating_duration_since(start);
-        Ok(match result {
-            Ok(Ok(reply)) => UserResult {
-                status: Some(http_status(reply.code).as_u16()),
-                elapsed,
-                sent_ms,
-                left_ms,
+        let attempt = async {
+            let reply = read_reply(client.request(call).await?).await?;
+            Ok(Heard {
+                status: http_status(reply.code).as_u16(),
                 trace: reply.trace,
-                body: Some(if reply.code == GrpcCode::Ok {
+                body: if reply.code == GrpcCode::Ok {
                     reply.payload
                 } else {
                     format!("{}: {}", reply.code, reply.message)
-                }),
+                },
                 grpc: Some(reply.code),
-            },
-            Ok(Err(_)) => UserResult {
-                status: None,
-                elapsed,
-                sent_ms,
-                left_ms,
-                trace: None,
-                body: None,
-                grpc: None,
-            },
-            Err(_) => UserResult {
-                status: None,
-                elapsed: wait,
-                sent_ms,
-                left_ms,
-                trace: None,
-                body: None,
-                grpc: None,
-            },
-        })
+            })
+        };
+        Ok(hear(wait, attempt).await)
     }
 }
 

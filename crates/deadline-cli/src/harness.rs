@@ -416,8 +416,6 @@ pub(crate) async fn one_user(
     let request = request
         .body(http_body_util::Empty::new())
         .context("building the user's request")?;
-    let start = tokio::time::Instant::now();
-    let sent_ms = crate::holds::epoch_ms_now();
     let attempt = async {
         let response = client.request(request).await?;
         let status = response.status().as_u16();
@@ -427,40 +425,58 @@ pub(crate) async fn one_user(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let body = response.into_body().collect().await?.to_bytes();
-        Ok::<_, anyhow::Error>((status, trace, String::from_utf8_lossy(&body).into_owned()))
+        Ok(Heard {
+            status,
+            trace,
+            body: String::from_utf8_lossy(&body).into_owned(),
+            grpc: None,
+        })
     };
+    Ok(hear(wait, attempt).await)
+}
+
+/// What a user heard in time (see [`UserResult`] for each field).
+pub(crate) struct Heard {
+    pub status: u16,
+    pub trace: Option<String>,
+    pub body: String,
+    pub grpc: Option<deadline::grpc::GrpcCode>,
+}
+
+/// Waits at most `wait` for `attempt` (which sends the user's request and reads the answer),
+/// timing it on both clocks: what every kind of user shares. A connection error before the wait
+/// is up is an answer too, with nothing to read.
+pub(crate) async fn hear(
+    wait: Duration,
+    attempt: impl std::future::Future<Output = anyhow::Result<Heard>>,
+) -> UserResult {
+    let start = tokio::time::Instant::now();
+    let sent_ms = crate::holds::epoch_ms_now();
     let result = tokio::time::timeout(wait, attempt).await;
     let left_ms = crate::holds::epoch_ms_now();
-    Ok(match result {
-        Ok(Ok((status, trace, body))) => UserResult {
-            status: Some(status),
-            elapsed: tokio::time::Instant::now().saturating_duration_since(start),
+    let elapsed = tokio::time::Instant::now().saturating_duration_since(start);
+    let unanswered = |elapsed| UserResult {
+        status: None,
+        elapsed,
+        sent_ms,
+        left_ms,
+        trace: None,
+        body: None,
+        grpc: None,
+    };
+    match result {
+        Ok(Ok(heard)) => UserResult {
+            status: Some(heard.status),
+            elapsed,
             sent_ms,
             left_ms,
-            trace,
-            body: Some(body),
-            grpc: None,
+            trace: heard.trace,
+            body: Some(heard.body),
+            grpc: heard.grpc,
         },
-        // A connection error before the wait is up is an answer too: nothing to read.
-        Ok(Err(_)) => UserResult {
-            status: None,
-            elapsed: tokio::time::Instant::now().saturating_duration_since(start),
-            sent_ms,
-            left_ms,
-            trace: None,
-            body: None,
-            grpc: None,
-        },
-        Err(_) => UserResult {
-            status: None,
-            elapsed: wait,
-            sent_ms,
-            left_ms,
-            trace: None,
-            body: None,
-            grpc: None,
-        },
-    })
+        Ok(Err(_)) => unanswered(elapsed),
+        Err(_) => unanswered(wait),
+    }
 }
 
 #[cfg(test)]
