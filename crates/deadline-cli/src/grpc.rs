@@ -83,13 +83,6 @@ pub(crate) fn frame(message: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// Whether a request is a gRPC call.
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|ct| deadline::grpc::is_grpc_content_type(ct.as_bytes()))
-}
-
 /// A unary gRPC reply body: one message, then trailers; or nothing (trailers-only).
 #[derive(Debug, Default)]
 pub(crate) struct GrpcBody {
@@ -211,10 +204,7 @@ pub(crate) fn reply(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let code = if status == StatusCode::OK {
-        status_map
-            .get(GRPC_STATUS_HEADER)
-            .and_then(|v| GrpcCode::parse(v.as_bytes()))
-            .unwrap_or(GrpcCode::Other(2))
+        GrpcCode::of_headers(status_map).unwrap_or(GrpcCode::Other(2))
     } else {
         // Not a gRPC answer at all (a proxy's error page): gRPC's HTTP mapping.
         grpc_code(status)

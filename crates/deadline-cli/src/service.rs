@@ -338,7 +338,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .layer(enforce)
         .service_fn(move |req: Request<Incoming>| {
             // A gRPC caller gets the same answer in gRPC's terms.
-            let grpc = grpc::is_grpc(req.headers());
+            let grpc = deadline::grpc::is_grpc(req.headers());
             let answer = handle(config.clone(), req);
             async move {
                 let response = answer.await?;

@@ -9,7 +9,8 @@
 
 use std::fmt;
 
-use http::{HeaderName, HeaderValue};
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// `grpc-status`: the call's status code.
 pub const GRPC_STATUS_HEADER: HeaderName = HeaderName::from_static("grpc-status");
@@ -77,6 +78,13 @@ impl GrpcCode {
         Some(GrpcCode::from_code(code))
     }
 
+    /// The readable `grpc-status` in `headers`, if there is one.
+    pub fn of_headers(headers: &HeaderMap) -> Option<GrpcCode> {
+        headers
+            .get(GRPC_STATUS_HEADER)
+            .and_then(|v| GrpcCode::parse(v.as_bytes()))
+    }
+
     /// The `grpc-status` value.
     pub fn to_header_value(self) -> HeaderValue {
         HeaderValue::from(self.code())
@@ -105,6 +113,13 @@ pub fn is_grpc_content_type(content_type: &[u8]) -> bool {
     content_type.len() >= PREFIX.len()
         && content_type[..PREFIX.len()].eq_ignore_ascii_case(PREFIX)
         && matches!(content_type.get(PREFIX.len()), None | Some(b'+' | b';'))
+}
+
+/// Whether a request or answer with these headers is gRPC, by its `content-type`.
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|ct| is_grpc_content_type(ct.as_bytes()))
 }
 
 /// `text` as a `grpc-message` value: every byte outside printable ASCII, and `%` itself,

@@ -117,11 +117,7 @@ pub(crate) fn delivered_status<B>(caller: Caller, response: &Response<B>) -> Sta
 /// The status `response` stands for: its HTTP status, unless its headers carry a readable,
 /// non-zero `grpc-status` (a trailers-only gRPC answer), which reads as [`http_status`] says.
 pub fn status_of<B>(response: &Response<B>) -> StatusCode {
-    match response
-        .headers()
-        .get(GRPC_STATUS_HEADER)
-        .and_then(|v| GrpcCode::parse(v.as_bytes()))
-    {
+    match GrpcCode::of_headers(response.headers()) {
         None | Some(GrpcCode::Ok) => response.status(),
         Some(code) => http_status(code),
     }

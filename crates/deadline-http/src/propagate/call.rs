@@ -5,7 +5,7 @@ use std::sync::Arc;
 use deadline::plan::backoff::{Delayed, PacedDecision};
 use deadline::plan::retry::LastAnswer;
 use deadline::trace::outcome;
-use deadline::{CallPolicy, Deadline, Plan, Stop};
+use deadline::{Budget, CallPolicy, Deadline, Plan, Stop};
 use http::{Request, Response};
 use tokio::time::Instant;
 use tokio::time::error::Elapsed;
@@ -122,15 +122,17 @@ where
             })
             .await;
             let capped = attempt.wait < policy.timeout();
-            match judge(outcome, Instant::now(), record.as_mut(), capped) {
+            let end = Instant::now();
+            match judge(
+                outcome,
+                end,
+                record.as_mut(),
+                capped,
+                attempt.budget,
+                &mut answer,
+            ) {
                 Ok(response) => return Ok(response),
-                Err(failure) => {
-                    answer = match &failure {
-                        Failure::Response(response) => retry::answer_of(response, attempt.budget),
-                        _ => LastAnswer::default(),
-                    };
-                    last = Some(failure);
-                }
+                Err(failure) => last = Some(failure),
             }
         }
     }
@@ -176,23 +178,29 @@ pub(super) fn start_record<B>(
 }
 
 /// What an attempt's `outcome` at `end` means for the call: a response to return (anything but
-/// a 5xx), or how it failed. The attempt's span is closed either way.
+/// a failure another attempt may fix), or how it failed, with what that says about retrying in
+/// `answer` (the attempt having told its callee `budget`). The attempt's span is closed either
+/// way.
 fn judge<RB>(
     outcome: Result<Result<Response<RB>, BoxError>, Elapsed>,
     end: Instant,
     mut record: Option<&mut CallRecord>,
     capped: bool,
+    budget: Option<Budget>,
+    answer: &mut LastAnswer,
 ) -> Result<Response<RB>, Failure<RB>> {
     match outcome {
         Ok(Ok(response)) => {
+            let (status, failed) = super::grpc::verdict(&response);
             if let Some(record) = &mut record {
-                record.end_with_response(end, &response);
+                record.end_with_response(end, status, &response);
             }
-            if retry::failed(&response) {
+            if failed {
+                *answer = LastAnswer::of(status, response.headers(), budget);
                 return Err(Failure::Response(response));
             }
             if let Some(record) = record {
-                record.finish_with(&response);
+                record.finish_with(status);
             }
             Ok(response)
         }
@@ -200,12 +208,14 @@ fn judge<RB>(
             if let Some(record) = record {
                 record.end(end, outcome::ERROR);
             }
+            *answer = LastAnswer::default();
             Err(Failure::Error(error))
         }
         Err(_elapsed) => {
             if let Some(record) = record {
                 record.end(end, outcome::TIMEOUT);
             }
+            *answer = LastAnswer::default();
             Err(Failure::Timeout { capped })
         }
     }

@@ -16,19 +16,11 @@
 //! got that far is returned as it is.
 
 use deadline::Budget;
-use deadline::grpc::{GRPC_STATUS_HEADER, GrpcCode, is_grpc_content_type};
+use deadline::grpc::{GrpcCode, is_grpc};
 use deadline::header::GRPC_TIMEOUT_HEADER;
-use http::header::CONTENT_TYPE;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 
 use crate::enforce::answer;
-
-/// Whether a request with these headers is a gRPC call.
-fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|ct| is_grpc_content_type(ct.as_bytes()))
-}
 
 /// For a gRPC request, sets `grpc-timeout` to `budget` (replacing any value), or removes it when
 /// there is no budget to send. Other requests are left alone.
@@ -47,29 +39,23 @@ pub(super) fn set_timeout<B>(request: &mut Request<B>, budget: Option<Budget>) {
     }
 }
 
-/// The status `response` stands for, as the call's trace records it: its HTTP status, unless
-/// its headers carry a non-zero gRPC status (trailers-only): UNAVAILABLE reads as 503,
-/// DEADLINE_EXCEEDED as 504, and so on (see [`answer::http_status`]). Whether it is retried is
-/// [`is_retryable`]'s to say.
-pub(super) fn status_of<RB>(response: &Response<RB>) -> StatusCode {
-    answer::status_of(response)
-}
-
-/// Whether an attempt that got `response` failed in a way another attempt may fix: a 5xx, or a
-/// gRPC UNAVAILABLE or DEADLINE_EXCEEDED; never any other gRPC status.
-pub(super) fn is_retryable<RB>(response: &Response<RB>) -> bool {
-    match grpc_status(response.headers()) {
-        Some(GrpcCode::Unavailable | GrpcCode::DeadlineExceeded) => true,
-        Some(GrpcCode::Ok) | None => response.status().is_server_error(),
-        Some(_) => false,
-    }
-}
-
-/// The gRPC status in `headers`, if there is a readable one.
-fn grpc_status(headers: &HeaderMap) -> Option<GrpcCode> {
-    headers
-        .get(GRPC_STATUS_HEADER)
-        .and_then(|v| GrpcCode::parse(v.as_bytes()))
+/// How a call reads `response`, its `grpc-status` parsed once: the status it stands for, as the
+/// call's trace records it (its HTTP status, unless its headers carry a non-zero gRPC status:
+/// UNAVAILABLE reads as 503, DEADLINE_EXCEEDED as 504, and so on; see
+/// [`answer::http_status`]), and whether it failed in a way another attempt may fix: a 5xx, or
+/// a gRPC UNAVAILABLE or DEADLINE_EXCEEDED, never any other gRPC status; or a 429 (or gRPC's
+/// RESOURCE_EXHAUSTED, which stands for one) that says when to come back.
+pub(super) fn verdict<RB>(response: &Response<RB>) -> (StatusCode, bool) {
+    let code = GrpcCode::of_headers(response.headers());
+    let (status, retryable) = match code {
+        Some(GrpcCode::Ok) | None => (response.status(), response.status().is_server_error()),
+        Some(code) => (
+            answer::http_status(code),
+            matches!(code, GrpcCode::Unavailable | GrpcCode::DeadlineExceeded),
+        ),
+    };
+    let retryable = retryable || deadline::plan::retry::retryable_4xx(status, response.headers());
+    (status, retryable)
 }
 
 #[cfg(test)]
@@ -124,9 +110,27 @@ mod tests {
             (503, None, 503, true),
         ];
         for (http, grpc, expected, retry) in cases {
-            let response = answer(http, grpc);
-            assert_eq!(status_of(&response).as_u16(), expected, "{http} {grpc:?}");
-            assert_eq!(is_retryable(&response), retry, "{http} {grpc:?}");
+            let (status, retryable) = verdict(&answer(http, grpc));
+            assert_eq!(status.as_u16(), expected, "{http} {grpc:?}");
+            assert_eq!(retryable, retry, "{http} {grpc:?}");
         }
+    }
+
+    /// gRPC's RESOURCE_EXHAUSTED stands for 429: with a pushback it is retried like one, though
+    /// its HTTP status is 200.
+    #[test]
+    fn a_grpc_resource_exhausted_with_pushback_is_retryable_like_a_429() {
+        let response = |pushback: Option<&str>| {
+            let mut builder = http::Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "8");
+            if let Some(ms) = pushback {
+                builder = builder.header("grpc-retry-pushback-ms", ms);
+            }
+            builder.body(()).unwrap()
+        };
+        assert!(verdict(&response(Some("10"))).1);
+        assert!(!verdict(&response(None)).1);
     }
 }

@@ -246,23 +246,24 @@ where
                     drop(flights.swap_remove(index));
                     let flight = hedged.out.swap_remove(index);
                     match result {
-                        Ok(Ok(response)) if !retry::failed(&response) => {
-                            // The winner: the others lose, and are dropped (hung up) here.
-                            drop(flights);
-                            hedged.close_all(end, outcome::LOST);
-                            if let Some(record) = &mut hedged.record {
-                                record.attempt(flight.sent_at, end, Ok(&response));
-                                record.finish_with(&response);
-                            }
-                            let since = first_sent.unwrap_or(flight.sent_at);
-                            retries.observe(end.saturating_duration_since(since));
-                            return Ok(response);
-                        }
                         Ok(Ok(response)) => {
+                            let (status, failed) = super::grpc::verdict(&response);
+                            if !failed {
+                                // The winner: the others lose, and are dropped (hung up) here.
+                                drop(flights);
+                                hedged.close_all(end, outcome::LOST);
+                                if let Some(record) = &mut hedged.record {
+                                    record.attempt(flight.sent_at, end, Ok(&response));
+                                    record.finish_with(status);
+                                }
+                                let since = first_sent.unwrap_or(flight.sent_at);
+                                retries.observe(end.saturating_duration_since(since));
+                                return Ok(response);
+                            }
                             if let Some(record) = &mut hedged.record {
                                 record.attempt(flight.sent_at, end, Ok(&response));
                             }
-                            answer = retry::answer_of(&response, flight.budget);
+                            answer = LastAnswer::of(status, response.headers(), flight.budget);
                             last = Some(Failure::Response(response));
                         }
                         Ok(Err(error)) => {

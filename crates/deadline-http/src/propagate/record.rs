@@ -11,7 +11,7 @@ use deadline::Stop;
 use deadline::trace::{
     AttemptSpan, Attempts, CallSpan, EncodedTrace, Outcome, TRACE_HEADER, outcome,
 };
-use http::Response;
+use http::{Response, StatusCode};
 use tokio::time::Instant;
 
 use crate::context::{ActivityGuard, DeadlineContext};
@@ -67,9 +67,14 @@ impl CallRecord {
         self.close(end, Outcome::Word(outcome), None);
     }
 
-    /// The attempt in flight got `response` at `end`: its callee's trace goes under it.
-    pub(super) fn end_with_response<RB>(&mut self, end: Instant, response: &Response<RB>) {
-        let status = super::grpc::status_of(response);
+    /// The attempt in flight got `response`, which stands for `status`, at `end`: its callee's
+    /// trace goes under it.
+    pub(super) fn end_with_response<RB>(
+        &mut self,
+        end: Instant,
+        status: StatusCode,
+        response: &Response<RB>,
+    ) {
         self.close(end, Outcome::Status(status), callee_trace(response));
     }
 
@@ -92,7 +97,7 @@ impl CallRecord {
             });
         }
         self.outcome = Some(match result {
-            Ok(response) => Outcome::Status(super::grpc::status_of(response)),
+            Ok(response) => Outcome::Status(crate::enforce::answer::status_of(response)),
             Err(error) => Outcome::Word(error.outcome()),
         });
     }
@@ -123,9 +128,9 @@ impl CallRecord {
         });
     }
 
-    /// The call ends with `response`.
-    pub(super) fn finish_with<RB>(&mut self, response: &Response<RB>) {
-        self.outcome = Some(Outcome::Status(super::grpc::status_of(response)));
+    /// The call ends with a response that stands for `status`.
+    pub(super) fn finish_with(&mut self, status: StatusCode) {
+        self.outcome = Some(Outcome::Status(status));
     }
 
     /// Ends the attempt in flight, if any, at `end`.

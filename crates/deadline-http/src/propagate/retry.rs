@@ -21,8 +21,8 @@ use deadline::plan::backoff::{Backoff, Delayed, PacedDecision};
 use deadline::plan::hedge::{HedgeDelay, Latencies};
 use deadline::plan::retry::{Callee504, LastAnswer, RetryRules, is_idempotent};
 use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
-use deadline::{Budget, CallPolicy, Deadline, Plan, Stop};
-use http::{Request, Response};
+use deadline::{CallPolicy, Deadline, Plan, Stop};
+use http::Request;
 use tokio::time::Instant;
 
 use super::attempt::AttemptRequests;
@@ -316,24 +316,6 @@ pub(super) fn after_sleep(
     }
 }
 
-/// Whether an attempt that got `response` failed in a way another attempt may fix: a 5xx, a
-/// gRPC UNAVAILABLE or DEADLINE_EXCEEDED, or a 429 (or gRPC's RESOURCE_EXHAUSTED, which stands
-/// for one) that says when to come back.
-pub(super) fn failed<RB>(response: &Response<RB>) -> bool {
-    super::grpc::is_retryable(response) || retryable_4xx(response)
-}
-
-/// [`deadline::plan::retry::retryable_4xx`] of the status `response` stands for.
-fn retryable_4xx<RB>(response: &Response<RB>) -> bool {
-    deadline::plan::retry::retryable_4xx(super::grpc::status_of(response), response.headers())
-}
-
-/// What a failed attempt's `response` says about retrying it, the attempt having told its
-/// callee `budget` (a gRPC answer read as the HTTP status it stands for).
-pub(super) fn answer_of<RB>(response: &Response<RB>, budget: Option<Budget>) -> LastAnswer {
-    LastAnswer::of(super::grpc::status_of(response), response.headers(), budget)
-}
-
 /// The random draws backoff jitter is taken from (see the [module docs](self)): SplitMix64 over
 /// one atomic counter, each draw adding the golden gamma and mixing. Shared by every clone of
 /// a client; for other clients built on the planner too.
@@ -363,25 +345,6 @@ impl Draws {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::StatusCode;
-
-    /// gRPC's RESOURCE_EXHAUSTED stands for 429: with a pushback it is retried like one, though
-    /// its HTTP status is 200.
-    #[test]
-    fn a_grpc_resource_exhausted_with_pushback_is_retryable_like_a_429() {
-        let response = |pushback: Option<&str>| {
-            let mut builder = http::Response::builder()
-                .status(StatusCode::OK)
-                .header("content-type", "application/grpc")
-                .header("grpc-status", "8");
-            if let Some(ms) = pushback {
-                builder = builder.header("grpc-retry-pushback-ms", ms);
-            }
-            builder.body(()).unwrap()
-        };
-        assert!(retryable_4xx(&response(Some("10"))));
-        assert!(!retryable_4xx(&response(None)));
-    }
 
     #[test]
     fn draws_spread_over_the_whole_range() {
