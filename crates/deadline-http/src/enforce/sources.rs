@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadline::Budget;
-use deadline::absolute::{AbsoluteUse, SkewGuard};
+use deadline::absolute::{AbsoluteUse, REQUEST_DEADLINE_HEADER, SkewGuard};
 use deadline::header::{BudgetValue, MalformedBudget};
 use deadline::inbound::{Source, SourceSet, read_inbound};
 use http::HeaderMap;
@@ -55,8 +55,11 @@ impl Sources {
         } else {
             self.set
         };
-        // The wall clock is read only where an absolute deadline could be in the request.
-        let wall_now = set.contains(Source::RequestDeadline).then(time::wall_now);
+        // The wall clock is read only when the request carries an absolute deadline this hop
+        // accepts.
+        let wall_now = (set.contains(Source::RequestDeadline)
+            && headers.contains_key(REQUEST_DEADLINE_HEADER))
+        .then(time::wall_now);
         let inbound = read_inbound(set, headers, max, &self.guard, wall_now)?;
         if let Some(AbsoluteUse::Ignored { disagreement_ms }) = inbound.absolute {
             self.ignored.fetch_add(1, Ordering::Relaxed);
