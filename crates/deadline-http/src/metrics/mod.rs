@@ -79,9 +79,10 @@ mod hop;
 #[cfg(feature = "axum")]
 mod route;
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use http::{HeaderValue, Response, StatusCode};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -225,6 +226,7 @@ impl DeadlineMetrics {
             families: self.families.clone(),
             service,
             hop: Arc::new(hop),
+            targets: Arc::default(),
         }
     }
 }
@@ -236,6 +238,9 @@ pub struct ServiceMetrics {
     families: Arc<Families>,
     service: Arc<str>,
     hop: Arc<HopRecorder>,
+    /// Each target's series, resolved at its first call and kept: a client with no target
+    /// name looks up its request's authority here instead of resolving seven series per call.
+    targets: Arc<Mutex<HashMap<Arc<str>, Arc<TargetRecorder>>>>,
 }
 
 impl fmt::Debug for ServiceMetrics {
@@ -256,13 +261,17 @@ impl ServiceMetrics {
         self.hop.clone()
     }
 
-    /// The outbound series for calls to `target`, created now.
+    /// The outbound series for calls to `target`, created at its first call.
     pub(crate) fn target(&self, target: &str) -> Arc<TargetRecorder> {
-        Arc::new(TargetRecorder::new(
-            &self.families,
-            &self.service,
-            &Arc::from(target),
-        ))
+        // A poisoned lock only means another thread panicked while inserting a finished value.
+        let mut targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(recorder) = targets.get(target) {
+            return Arc::clone(recorder);
+        }
+        let name: Arc<str> = Arc::from(target);
+        let recorder = Arc::new(TargetRecorder::new(&self.families, &self.service, &name));
+        targets.insert(name, Arc::clone(&recorder));
+        recorder
     }
 }
 
