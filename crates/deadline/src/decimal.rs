@@ -58,6 +58,74 @@ impl fmt::Display for Decimal {
     }
 }
 
+/// A fixed buffer on the stack for a header value or a trace: writing past its end marks it
+/// overflowed instead of growing, so a value is built with no allocation and copied once.
+///
+/// ```
+/// use deadline::decimal::{Decimal, StackBuf};
+/// let mut out = StackBuf::<8>::new();
+/// out.put(b"dur=");
+/// out.put(Decimal::new(42).as_bytes());
+/// assert_eq!(out.as_bytes(), Some(&b"dur=42"[..]));
+/// out.put(b"...");
+/// assert_eq!(out.as_bytes(), None);
+/// ```
+pub struct StackBuf<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+    overflowed: bool,
+}
+
+impl<const N: usize> StackBuf<N> {
+    /// An empty buffer.
+    pub fn new() -> StackBuf<N> {
+        StackBuf {
+            buf: [0; N],
+            len: 0,
+            overflowed: false,
+        }
+    }
+
+    /// Appends `bytes`, or marks the buffer overflowed when they do not fit.
+    pub fn put(&mut self, bytes: &[u8]) {
+        let end = self.len.saturating_add(bytes.len());
+        match self.buf.get_mut(self.len..end) {
+            Some(room) => {
+                room.copy_from_slice(bytes);
+                self.len = end;
+            }
+            None => self.overflowed = true,
+        }
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What was written, or `None` if it did not fit.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        (!self.overflowed)
+            .then(|| self.buf.get(..self.len))
+            .flatten()
+    }
+}
+
+impl<const N: usize> Default for StackBuf<N> {
+    fn default() -> StackBuf<N> {
+        StackBuf::new()
+    }
+}
+
+impl<const N: usize> fmt::Debug for StackBuf<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StackBuf")
+            .field("written", &String::from_utf8_lossy(&self.buf[..self.len]))
+            .field("overflowed", &self.overflowed)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Decimal;

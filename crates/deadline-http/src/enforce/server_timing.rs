@@ -36,7 +36,7 @@
 
 use std::time::Duration;
 
-use deadline::decimal::Decimal;
+use deadline::decimal::{Decimal, StackBuf};
 use http::{HeaderName, HeaderValue};
 
 use super::HopSettings;
@@ -72,63 +72,43 @@ pub(crate) fn header(settings: &HopSettings, hold: &Hold) -> Option<(HeaderName,
 /// `queue;dur=Q, work;dur=W[, budget;dur=B]`, with `queue` and `work` in milliseconds to three
 /// fractional digits and the budget in whole milliseconds.
 pub(crate) fn value(queue: Duration, work: Duration, budget_ms: Option<u64>) -> HeaderValue {
-    let mut out = Buf {
-        bytes: [0; MAX_LEN],
-        len: 0,
-    };
-    out.metric(QUEUE_METRIC);
-    out.millis(queue);
+    let mut out = StackBuf::<MAX_LEN>::new();
+    metric(&mut out, QUEUE_METRIC);
+    millis(&mut out, queue);
     out.put(b", ");
-    out.metric(WORK_METRIC);
-    out.millis(work);
+    metric(&mut out, WORK_METRIC);
+    millis(&mut out, work);
     if let Some(budget) = budget_ms {
         out.put(b", ");
-        out.metric(BUDGET_METRIC);
+        metric(&mut out, BUDGET_METRIC);
         out.put(Decimal::new(budget).as_bytes());
     }
     // Only tokens, digits, `;=,. ` are written, all visible ASCII or space, and the bound above
     // is exact, so this cannot fail; an empty value is a harmless fallback rather than a panic
     // in a response path.
-    out.bytes
-        .get(..out.len)
+    out.as_bytes()
         .and_then(|bytes| HeaderValue::from_bytes(bytes).ok())
         .unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
-/// A fixed buffer on the stack; writes past its end are dropped (never reached: see `MAX_LEN`).
-struct Buf {
-    bytes: [u8; MAX_LEN],
-    len: usize,
+/// `name;dur=`
+fn metric(out: &mut StackBuf<MAX_LEN>, name: &str) {
+    out.put(name.as_bytes());
+    out.put(b";dur=");
 }
 
-impl Buf {
-    fn put(&mut self, bytes: &[u8]) {
-        let end = self.len.saturating_add(bytes.len());
-        if let Some(room) = self.bytes.get_mut(self.len..end) {
-            room.copy_from_slice(bytes);
-            self.len = end;
-        }
-    }
-
-    /// `name;dur=`
-    fn metric(&mut self, name: &str) {
-        self.put(name.as_bytes());
-        self.put(b";dur=");
-    }
-
-    /// `d` in milliseconds with three fractional digits (whole microseconds, rounded down).
-    fn millis(&mut self, d: Duration) {
-        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        self.put(Decimal::new(micros / 1_000).as_bytes());
-        let frac = micros % 1_000;
-        // Each digit is below 10, so the casts keep it whole.
-        self.put(&[
-            b'.',
-            b'0' + (frac / 100) as u8,
-            b'0' + (frac / 10 % 10) as u8,
-            b'0' + (frac % 10) as u8,
-        ]);
-    }
+/// `d` in milliseconds with three fractional digits (whole microseconds, rounded down).
+fn millis(out: &mut StackBuf<MAX_LEN>, d: Duration) {
+    let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    out.put(Decimal::new(micros / 1_000).as_bytes());
+    let frac = micros % 1_000;
+    // Each digit is below 10, so the casts keep it whole.
+    out.put(&[
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
 }
 
 #[cfg(test)]

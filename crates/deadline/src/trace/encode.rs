@@ -12,6 +12,7 @@ use super::name::ATTEMPT;
 use super::token::{is_token, sanitize_name};
 use super::{CallSpan, Recorded, Span, Trace};
 use super::{MAX_DEPTH, MAX_ENCODED_LEN, MAX_MS, MAX_NAME_LEN, MAX_OUTCOME_LEN, MAX_SPANS};
+use crate::decimal::StackBuf;
 
 impl Trace {
     /// Encodes the trace in the [`Deadline-Trace` grammar](super#grammar), applying the caps.
@@ -277,44 +278,13 @@ impl Sink for Vec<u8> {
     }
 }
 
-/// A fixed buffer on the stack: writing past its end marks it overflowed instead of growing.
-pub(crate) struct StackBuf<const N: usize> {
-    buf: [u8; N],
-    len: usize,
-    overflowed: bool,
-}
-
-impl<const N: usize> StackBuf<N> {
-    pub(crate) fn new() -> StackBuf<N> {
-        StackBuf {
-            buf: [0; N],
-            len: 0,
-            overflowed: false,
-        }
-    }
-
-    /// What was written, or `None` if it did not fit.
-    pub(crate) fn as_bytes(&self) -> Option<&[u8]> {
-        (!self.overflowed)
-            .then(|| self.buf.get(..self.len))
-            .flatten()
-    }
-}
-
 impl<const N: usize> Sink for StackBuf<N> {
     fn put(&mut self, bytes: &[u8]) {
-        let end = self.len.saturating_add(bytes.len());
-        match self.buf.get_mut(self.len..end) {
-            Some(room) => {
-                room.copy_from_slice(bytes);
-                self.len = end;
-            }
-            None => self.overflowed = true,
-        }
+        StackBuf::put(self, bytes);
     }
 
     fn is_empty(&self) -> bool {
-        self.len == 0
+        StackBuf::is_empty(self)
     }
 }
 

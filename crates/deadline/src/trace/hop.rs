@@ -8,10 +8,11 @@
 
 use http::HeaderValue;
 
-use super::encode::{Caps, Fields, StackBuf, Visit, walk_recorded, write_element};
+use super::encode::{Caps, Fields, Visit, walk_recorded, write_element};
 use super::name::{QUEUE, WORK};
 use super::outcome::{DEADLINE, SHED};
 use super::{MAX_ENCODED_LEN, Recorded, Span, Trace};
+use crate::decimal::StackBuf;
 
 /// A hop's own spans for one request: a root named after the hop from its arrival (0) to the
 /// answer (`end_ms`), ending with the answer's status, and under it what [`HopWork`] says.
