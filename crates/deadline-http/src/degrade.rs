@@ -41,10 +41,10 @@ impl DeadlineContext {
 /// [`DeadlineContext::pick`] for the current request's context; outside any request, or in one
 /// without a deadline, the first tier.
 pub fn pick<T>(tiers: &[(Duration, T)]) -> Option<&T> {
-    match DeadlineContext::current() {
-        Some(context) => context.pick(tiers),
-        None => pick_within(None, tiers),
-    }
+    pick_within(
+        DeadlineContext::current().and_then(|c| c.remaining()),
+        tiers,
+    )
 }
 
 /// The first tier needing no more than `left` (any tier when `left` is `None`).
