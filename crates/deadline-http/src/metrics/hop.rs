@@ -149,8 +149,8 @@ impl HopRecorder {
             }
         }
         if let Some(phase) = hold.exceeded {
-            let index = PHASES.iter().position(|p| *p == phase).unwrap_or(0);
-            self.exceeded[index].inc();
+            // `PHASES` is in declaration order.
+            self.exceeded[phase as usize].inc();
         }
         let after = worked_after_caller_left(hold);
         if !after.is_zero() {
