@@ -70,9 +70,8 @@ pub fn decide_hedge(
 /// The latencies of the last answered attempts, for a percentile hedge delay.
 #[derive(Clone, Debug)]
 pub struct Latencies {
-    /// Microseconds, a ring.
+    /// Microseconds, a ring: the next sample goes at `added % CAPACITY`.
     ring: Vec<u32>,
-    next: usize,
     /// The ring sorted when last asked, and how many samples had been added then.
     sorted: Vec<u32>,
     added: u64,
@@ -97,7 +96,6 @@ impl Latencies {
     pub fn new() -> Latencies {
         Latencies {
             ring: Vec::new(),
-            next: 0,
             sorted: Vec::new(),
             added: 0,
             sorted_at: 0,
@@ -110,9 +108,9 @@ impl Latencies {
         if self.ring.len() < Self::CAPACITY {
             self.ring.push(us);
         } else {
-            self.ring[self.next] = us;
+            // `CAPACITY` fits a `u64` and the remainder is below it, so both casts are exact.
+            self.ring[(self.added % Self::CAPACITY as u64) as usize] = us;
         }
-        self.next = (self.next + 1) % Self::CAPACITY;
         self.added += 1;
     }
 
