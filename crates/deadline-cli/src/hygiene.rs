@@ -106,23 +106,30 @@ fn back(idle: &RuntimeSample, after: &RuntimeSample) -> bool {
 
 /// Reads one service's `GET /debug/runtime` over a connection of its own, closed after.
 pub(crate) async fn sample(base: &str) -> anyhow::Result<RuntimeSample> {
+    let body = admin_get(base, RUNTIME_PATH).await?;
+    serde_json::from_slice(&body).with_context(|| format!("reading {base}{RUNTIME_PATH}"))
+}
+
+/// `GET base + path` of one of a service's own pages (answered before its enforce layer), over
+/// a connection of its own, closed after: the body of a success within 5 s, or why not.
+pub(crate) async fn admin_get(base: &str, path: &str) -> anyhow::Result<bytes::Bytes> {
     let client = user_client();
-    let request = http::Request::get(format!("{base}{RUNTIME_PATH}"))
+    let request = http::Request::get(format!("{base}{path}"))
         .header(http::header::CONNECTION, "close")
         .body(http_body_util::Empty::new())
-        .context("building the runtime probe")?;
-    let reply = tokio::time::timeout(Duration::from_secs(5), async {
+        .with_context(|| format!("building the request for {path}"))?;
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), async {
         let response = client.request(request).await?;
         let status = response.status();
         let body = response.into_body().collect().await?.to_bytes();
         Ok::<_, anyhow::Error>((status, body))
     })
     .await
-    .map_err(|_| anyhow!("{base}{RUNTIME_PATH} did not answer within 5 s"))??;
-    if !reply.0.is_success() {
-        return Err(anyhow!("{base}{RUNTIME_PATH} answered {}", reply.0));
+    .map_err(|_| anyhow!("{base}{path} did not answer within 5 s"))??;
+    if !status.is_success() {
+        return Err(anyhow!("{base}{path} answered {status}"));
     }
-    serde_json::from_slice(&reply.1).with_context(|| format!("reading {base}{RUNTIME_PATH}"))
+    Ok(body)
 }
 
 /// Reads every service of `chain`, edge first.

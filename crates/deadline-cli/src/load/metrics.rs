@@ -7,13 +7,11 @@
 //! after the caller had left, as the services counted them.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
-use http_body_util::BodyExt as _;
+use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::harness::{Chain, user_client};
+use crate::harness::Chain;
 use crate::service::METRICS_PATH;
 
 /// One service's metrics at the end of a run.
@@ -59,22 +57,7 @@ pub(crate) async fn read_all(chain: &Chain) -> anyhow::Result<Vec<ServiceMetrics
 
 /// `GET /metrics` of the service at `base`, over a connection of its own, closed after.
 async fn fetch(base: &str) -> anyhow::Result<String> {
-    let client = user_client();
-    let request = http::Request::get(format!("{base}{METRICS_PATH}"))
-        .header(http::header::CONNECTION, "close")
-        .body(http_body_util::Empty::new())
-        .context("building the metrics request")?;
-    let (status, body) = tokio::time::timeout(Duration::from_secs(5), async {
-        let response = client.request(request).await?;
-        let status = response.status();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok::<_, anyhow::Error>((status, body))
-    })
-    .await
-    .map_err(|_| anyhow!("{base}{METRICS_PATH} did not answer within 5 s"))??;
-    if !status.is_success() {
-        return Err(anyhow!("{base}{METRICS_PATH} answered {status}"));
-    }
+    let body = crate::hygiene::admin_get(base, METRICS_PATH).await?;
     String::from_utf8(body.to_vec()).with_context(|| format!("reading {base}{METRICS_PATH}"))
 }
 
