@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use bytes::Bytes;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use deadline::header::{BudgetValue, GRPC_TIMEOUT_HEADER, read_budget};
 use deadline::trace::hops::{Budget, Hop, hops};
 use deadline::trace::{TRACE_HEADER, Trace};
@@ -35,6 +35,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::grpc::DownstreamProtocol as Protocol;
 use crate::grpc::{GrpcReply, frame, reply};
 
 /// At most this much of the answer's body is read and shown.
@@ -71,27 +72,6 @@ pub(crate) struct CallArgs {
     /// Print one JSON document instead of the text report.
     #[arg(long)]
     json: bool,
-}
-
-/// The protocols `deadline call` knows of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Protocol {
-    /// HTTP/1.1.
-    Http1,
-    /// HTTP/2 without TLS, by prior knowledge.
-    H2c,
-    /// One unary gRPC call over h2c.
-    Grpc,
-}
-
-impl Protocol {
-    fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Http1 => "http1",
-            Protocol::H2c => "h2c",
-            Protocol::Grpc => "grpc",
-        }
-    }
 }
 
 /// The request, checked before anything is sent.

@@ -54,13 +54,13 @@ impl Protocol {
     }
 }
 
-/// How `deadline service` calls its downstream.
+/// How `deadline service` calls its downstream, and `deadline call` its URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub(crate) enum DownstreamProtocol {
-    /// HTTP/1.1 GETs, a pool of connections.
+    /// HTTP/1.1.
     #[default]
     Http1,
-    /// The same GETs over HTTP/2 with prior knowledge: one connection, a stream per call.
+    /// HTTP/2 without TLS, by prior knowledge: one connection, a stream per call.
     H2c,
     /// gRPC unary calls over h2c: the budget goes in `grpc-timeout` too, and the reply's
     /// `grpc-status` decides.
@@ -71,6 +71,15 @@ impl DownstreamProtocol {
     /// Whether the calls go over HTTP/2.
     pub(crate) fn is_http2(self) -> bool {
         self != DownstreamProtocol::Http1
+    }
+
+    /// The name on the command line (and in JSON).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            DownstreamProtocol::Http1 => "http1",
+            DownstreamProtocol::H2c => "h2c",
+            DownstreamProtocol::Grpc => "grpc",
+        }
     }
 }
 
