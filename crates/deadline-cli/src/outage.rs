@@ -110,11 +110,10 @@ impl Outage {
 
     /// The outage's answer: 503, no work done.
     pub(crate) fn answer(name: &str) -> Response<Full<Bytes>> {
-        let mut response = Response::new(Full::new(Bytes::from(format!(
-            "{name}: unavailable (outage)\n"
-        ))));
-        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        response
+        crate::service::text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{name}: unavailable (outage)\n"),
+        )
     }
 }
 
@@ -179,10 +178,10 @@ impl fmt::Display for BudgetArg {
 }
 
 impl BudgetArg {
-    /// The library's settings for this budget over the default 10 s window.
+    /// The library's settings for this budget over the default window.
     pub(crate) fn config(&self) -> deadline_http::propagate::RetryBudgetConfig {
         deadline_http::propagate::RetryBudgetConfig::new(
-            Duration::from_secs(10),
+            deadline_http::propagate::RetryBudgetConfig::DEFAULT.window(),
             (self.ratio * 1_000.0).round() as u32,
             self.per_second,
         )
