@@ -12,7 +12,7 @@ use deadline::trace::name;
 use serde::Serialize;
 
 use crate::grpc::{Protocol, Users};
-use crate::harness::{Chain, Scenario, UserResult, with_margin};
+use crate::harness::{Chain, Scenario, UserResult, user_budget, with_margin};
 use crate::holds::HoldLine;
 use crate::placement::{Placement, PlacementArgs};
 use crate::svg;
@@ -87,18 +87,15 @@ async fn run_once(
     } else {
         "demo-without"
     };
-    let mut hops = with_margin(
+    let hops = args.protocol.on(with_margin(
         Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()]).hops(deadlines),
         args.margin,
-    );
-    for hop in &mut hops {
-        hop.args.extend(args.protocol.hop_args());
-    }
+    ));
     let chain = Chain::start(label, &hops, placement).await?;
     let client = Users::new(args.protocol);
     let url = format!("{}/order/42", chain.edge_url());
     let wait = Duration::from_millis(args.user_wait);
-    let budget = args.user_wait.saturating_sub(args.margin).max(1);
+    let budget = user_budget(args.user_wait, args.margin);
     let user = client.one(&url, "demo-1", Some(budget), wait).await?;
     let holds = chain.stop().await?;
     Ok(summarize(deadlines, &user, holds, user.sent_ms))
@@ -141,7 +138,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let placement = args.placement.resolve()?;
     if !args.json {
         println!("deadline demo: user -> gateway -> orders -> inventory, each a separate process.");
-        let budget = args.user_wait.saturating_sub(args.margin).max(1);
+        let budget = user_budget(args.user_wait, args.margin);
         let sends = match args.protocol {
             Protocol::Http1 => format!("Deadline-Budget-Ms: {budget}"),
             Protocol::Grpc => format!(

@@ -27,7 +27,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::harness::{Heard, UserClient, UserResult, hear, one_user, user_client};
+use crate::harness::{Heard, Hop, UserClient, UserResult, hear, one_user, user_client};
 use crate::service::text;
 
 const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
@@ -45,8 +45,16 @@ pub(crate) enum Protocol {
 }
 
 impl Protocol {
+    /// `hops`, each told to call the next one this way.
+    pub(crate) fn on(self, mut hops: Vec<Hop>) -> Vec<Hop> {
+        for hop in &mut hops {
+            hop.args.extend(self.hop_args());
+        }
+        hops
+    }
+
     /// The `deadline service` flags that make each hop call the next one this way.
-    pub(crate) fn hop_args(self) -> Vec<String> {
+    fn hop_args(self) -> Vec<String> {
         match self {
             Protocol::Http1 => Vec::new(),
             Protocol::Grpc => vec!["--downstream-protocol".to_owned(), "grpc".to_owned()],

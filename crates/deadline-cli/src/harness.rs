@@ -157,6 +157,12 @@ impl Drop for TempDir {
     }
 }
 
+/// The budget a user who waits `user_wait` ms sends: what is left once `margin` is kept back
+/// for the way to the first hop (at least 1 ms).
+pub(crate) fn user_budget(user_wait: u64, margin: u64) -> u64 {
+    user_wait.saturating_sub(margin).max(1)
+}
+
 /// `hops` with `--margin MS` added to every service: the transit margin each caller keeps back
 /// from the budget it forwards (the services' default is 50 ms).
 pub(crate) fn with_margin(mut hops: Vec<Hop>, margin: u64) -> Vec<Hop> {

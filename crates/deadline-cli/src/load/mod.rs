@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::grpc::{Protocol, Users};
-use crate::harness::{Chain, ProcessUsage, Scenario, reference, with_margin};
+use crate::harness::{Chain, ProcessUsage, Scenario, reference, user_budget, with_margin};
 use crate::holds::{HoldLine, epoch_ms_now};
 use crate::hygiene::{self, ServiceHygiene};
 use crate::outage::{BudgetArg, HedgeArg, Window};
@@ -313,17 +313,14 @@ async fn run_once(
             }
         }
     }
-    for hop in &mut hops {
-        hop.args.extend(args.protocol.hop_args());
-    }
-    let hops = outage::with_retry_flags(hops, args);
+    let hops = outage::with_retry_flags(args.protocol.on(hops), args);
     let chain = Chain::start(label, &hops, placement).await?;
     let client = Users::new(args.protocol);
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
     let period = Duration::from_secs_f64(1.0 / args.rate);
     let wait = Duration::from_millis(args.user_wait);
-    let budget = args.user_wait.saturating_sub(args.margin).max(1);
+    let budget = user_budget(args.user_wait, args.margin);
 
     progress.set_length(total as u64);
     progress.set_position(0);
