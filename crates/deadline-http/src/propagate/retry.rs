@@ -316,9 +316,10 @@ pub(super) fn after_sleep(
     }
 }
 
-/// The random draws backoff jitter is taken from (see the [module docs](self)): SplitMix64 over
-/// one atomic counter, each draw adding the golden gamma and mixing. Shared by every clone of
-/// a client; for other clients built on the planner too.
+/// The random draws backoff jitter is taken from: SplitMix64 over one atomic counter, each draw
+/// adding the golden gamma and mixing; no lock, no dependency, a few nanoseconds a draw (nothing
+/// here needs unpredictability). Shared by every clone of a client; for other clients built on
+/// the planner too.
 #[derive(Debug)]
 pub struct Draws(AtomicU64);
 
