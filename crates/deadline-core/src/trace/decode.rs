@@ -21,7 +21,7 @@ impl Trace {
     /// in them, so no element is read half).
     ///
     /// ```
-    /// # use deadline::trace::{Span, Trace};
+    /// # use deadline_core::trace::{Span, Trace};
     /// let trace = Trace::decode(b"orders@0-30=ok,.work@2-29,.b@d-0,.more@3-4");
     /// assert_eq!(
     ///     trace,

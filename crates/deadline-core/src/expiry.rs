@@ -9,8 +9,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use deadline::absolute::{SkewGuard, WallInstant};
-//! use deadline::expiry::{Freshness, MessageExpiry};
+//! use deadline_core::absolute::{SkewGuard, WallInstant};
+//! use deadline_core::expiry::{Freshness, MessageExpiry};
 //!
 //! // Producer: the request had 2 s left when it queued the message.
 //! let sent = WallInstant::from_unix_nanos(1_768_473_045_000_000_000);

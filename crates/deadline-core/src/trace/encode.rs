@@ -25,7 +25,7 @@ impl Trace {
     /// [`MAX_ENCODED_LEN`] bytes and is always a valid header value.
     ///
     /// ```
-    /// # use deadline::trace::{Span, Trace};
+    /// # use deadline_core::trace::{Span, Trace};
     /// let root = (0..100).fold(Span::new("gateway", 0, 900), |root, i| {
     ///     root.with_child(Span::new("step", i, i + 1))
     /// });

@@ -7,7 +7,7 @@ use std::fmt;
 /// A `u64` written in ASCII decimal on the stack.
 ///
 /// ```
-/// use deadline::decimal::Decimal;
+/// use deadline_core::decimal::Decimal;
 /// assert_eq!(Decimal::new(1950).as_str(), "1950");
 /// assert_eq!(Decimal::new(0).as_bytes(), b"0");
 /// ```
@@ -62,7 +62,7 @@ impl fmt::Display for Decimal {
 /// overflowed instead of growing, so a value is built with no allocation and copied once.
 ///
 /// ```
-/// use deadline::decimal::{Decimal, StackBuf};
+/// use deadline_core::decimal::{Decimal, StackBuf};
 /// let mut out = StackBuf::<8>::new();
 /// out.put(b"dur=");
 /// out.put(Decimal::new(42).as_bytes());

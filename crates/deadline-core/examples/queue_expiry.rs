@@ -1,6 +1,6 @@
 //! A consumer drains a queue of messages, works on the live ones and discards the expired ones.
 //!
-//! Run with: `cargo run -p deadline --example queue_expiry`
+//! Run with: `cargo run -p deadline-core --example queue_expiry`
 //!
 //! Each producer request had some budget left when it queued its message, and wrote the expiry
 //! next to the payload as text (`Deadline-Expires-At`). The consumer falls behind by 1.2 s (a
@@ -11,8 +11,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
-use deadline::absolute::{SkewGuard, WallInstant};
-use deadline::expiry::{EXPIRES_AT_HEADER, Freshness, MessageExpiry};
+use deadline_core::absolute::{SkewGuard, WallInstant};
+use deadline_core::expiry::{EXPIRES_AT_HEADER, Freshness, MessageExpiry};
 
 /// A queued message: its payload and the expiry text carried with it.
 struct Message {

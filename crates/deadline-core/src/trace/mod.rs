@@ -43,7 +43,7 @@
 //! [`Trace`]'s [`Display`](std::fmt::Display) renders it as:
 //!
 //! ```
-//! # use deadline::trace::Trace;
+//! # use deadline_core::trace::Trace;
 //! let header = "gateway@0-1873=504,.call:orders@0-1872=504,..attempt@0-1823=504,\
 //!               ...orders@1-1822=504,....work@1-21,.queue@0-0,+3";
 //! let trace = Trace::decode(header.as_bytes());
@@ -70,7 +70,7 @@
 //! with its own trace, on its own clock:
 //!
 //! ```
-//! use deadline::trace::{Span, Trace};
+//! use deadline_core::trace::{Span, Trace};
 //!
 //! let inventory = Trace::from_span(
 //!     Span::new("inventory", 0, 941)
@@ -215,8 +215,8 @@ pub mod name {
     /// it.
     ///
     /// ```
-    /// assert_eq!(deadline::trace::name::call("orders"), "call:orders");
-    /// assert_eq!(deadline::trace::name::call("crème"), "call:cr_me");
+    /// assert_eq!(deadline_core::trace::name::call("orders"), "call:orders");
+    /// assert_eq!(deadline_core::trace::name::call("crème"), "call:cr_me");
     /// ```
     pub fn call(target: &str) -> String {
         let mut name = String::with_capacity(CALL_PREFIX.len() + target.len());

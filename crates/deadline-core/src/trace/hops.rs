@@ -27,8 +27,8 @@
 //! marked: those with no marked hop below them.
 //!
 //! ```
-//! use deadline::trace::Trace;
-//! use deadline::trace::hops::{Budget, hops};
+//! use deadline_core::trace::Trace;
+//! use deadline_core::trace::hops::{Budget, hops};
 //!
 //! let trace = Trace::decode(
 //!     b"gateway@0-303=504,.queue@0-0,.work@0-303=deadline,.call:orders@53-303=504,\

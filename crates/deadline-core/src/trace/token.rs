@@ -6,7 +6,7 @@
 /// `_` (so a `max_len` of 0 still gives `_`: the grammar has no empty tokens).
 ///
 /// ```
-/// # use deadline::trace::sanitize_name;
+/// # use deadline_core::trace::sanitize_name;
 /// assert_eq!(sanitize_name("call orders.v2", 24), "call_orders_v2");
 /// assert_eq!(sanitize_name("crème", 24), "cr_me");
 /// assert_eq!(sanitize_name("", 24), "_");

@@ -24,8 +24,8 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use deadline::header::{parse_budget, BudgetValue};
-//! use deadline::{Budget, CallPolicy, Decision, Plan};
+//! use deadline_core::header::{parse_budget, BudgetValue};
+//! use deadline_core::{Budget, CallPolicy, Decision, Plan};
 //!
 //! # #[allow(clippy::disallowed_methods)]
 //! let arrival = Instant::now(); // in a service, the moment the request arrived

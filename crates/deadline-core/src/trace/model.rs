@@ -31,7 +31,7 @@ impl Span {
     /// An `end_ms` before `start_ms` is taken as `start_ms`.
     ///
     /// ```
-    /// # use deadline::trace::Span;
+    /// # use deadline_core::trace::Span;
     /// let span = Span::new("call orders", 30, 10);
     /// assert_eq!((span.name.as_str(), span.start_ms, span.end_ms), ("call_orders", 30, 30));
     /// ```

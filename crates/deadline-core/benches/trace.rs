@@ -5,7 +5,7 @@
 //! orders attempt trying inventory three times, 64 spans in all (exactly `MAX_SPANS`, so nothing
 //! is dropped and the whole tree is written).
 
-use deadline::trace::{MAX_SPANS, Span, Trace};
+use deadline_core::trace::{MAX_SPANS, Span, Trace};
 use divan::{Bencher, black_box};
 
 fn main() {

@@ -1,11 +1,11 @@
 //! Micro-benchmarks of the per-request core operations: reading a budget header, formatting
-//! one, and one planner decision. Run with `cargo bench -p deadline --bench core`.
+//! one, and one planner decision. Run with `cargo bench -p deadline-core --bench core`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use deadline::header::{format_budget, parse_budget, read_budget};
-use deadline::{Budget, CallPolicy, Deadline, plan::decide};
+use deadline_core::header::{format_budget, parse_budget, read_budget};
+use deadline_core::{Budget, CallPolicy, Deadline, plan::decide};
 use http::{HeaderMap, HeaderValue};
 
 fn main() {
@@ -13,12 +13,12 @@ fn main() {
 }
 
 #[divan::bench]
-fn parse_one_value() -> deadline::BudgetValue {
+fn parse_one_value() -> deadline_core::BudgetValue {
     parse_budget(black_box(b"1950"), Budget::DEFAULT_MAX).expect("valid")
 }
 
 #[divan::bench]
-fn parse_a_list() -> deadline::BudgetValue {
+fn parse_a_list() -> deadline_core::BudgetValue {
     parse_budget(black_box(b"1950, 900 ,3000"), Budget::DEFAULT_MAX).expect("valid")
 }
 
@@ -27,7 +27,10 @@ fn read_from_a_header_map(bencher: divan::Bencher<'_, '_>) {
     let mut headers = HeaderMap::new();
     headers.insert("host", HeaderValue::from_static("orders"));
     headers.insert("x-request-id", HeaderValue::from_static("r-000123"));
-    headers.insert(deadline::BUDGET_HEADER, HeaderValue::from_static("1950"));
+    headers.insert(
+        deadline_core::BUDGET_HEADER,
+        HeaderValue::from_static("1950"),
+    );
     bencher.bench(|| read_budget(black_box(&headers), Budget::DEFAULT_MAX));
 }
 

@@ -37,7 +37,7 @@ impl EncodedTrace {
     /// Checks `value` as [`Trace::decode`] reads it, without allocating.
     ///
     /// ```
-    /// use deadline::trace::EncodedTrace;
+    /// use deadline_core::trace::EncodedTrace;
     /// use http::HeaderValue;
     ///
     /// let callee = EncodedTrace::new(HeaderValue::from_static("inventory@0-12=200,.work@0-12=ok,+2"));

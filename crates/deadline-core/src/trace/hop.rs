@@ -18,7 +18,7 @@ use crate::decimal::StackBuf;
 /// answer (`end_ms`), ending with the answer's status, and under it what [`HopWork`] says.
 ///
 /// ```
-/// use deadline::trace::{HopTrace, HopWork, Recorded, Span};
+/// use deadline_core::trace::{HopTrace, HopWork, Recorded, Span};
 ///
 /// let hop = HopTrace {
 ///     name: "inventory",
