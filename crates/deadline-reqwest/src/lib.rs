@@ -23,8 +23,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //!
-//! use deadline::CallPolicy;
-//! use deadline_reqwest::DeadlineMiddleware;
+//! use deadline_reqwest::{CallPolicy, DeadlineMiddleware};
 //!
 //! # async fn handler() -> Result<(), reqwest_middleware::Error> {
 //! let policy = CallPolicy::new(Duration::from_secs(1), 3).expect("a valid policy");
@@ -68,7 +67,7 @@ use deadline::plan::backoff::{Backoff, Delayed, PacedDecision};
 use deadline::plan::retry::{self, Callee504, LastAnswer, RetryRules, is_idempotent};
 use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
 use deadline::trace::{Span, TRACE_HEADER, Trace, name, outcome};
-use deadline::{CallPolicy, Deadline, Plan, Stop};
+use deadline::{Deadline, Plan, Stop};
 use deadline_http::propagate::Draws;
 use deadline_http::{
     AttemptSkipped, CallError, DeadlineContext, DeadlineExceeded, IDEMPOTENCY_KEY,
@@ -77,6 +76,10 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use tokio::time::Instant;
+
+// The policy a `DeadlineMiddleware` calls under, from the core crate, so a caller needs no
+// other import.
+pub use deadline::{CallPolicy, PolicyError};
 
 /// The middleware: see the [crate docs](crate). Cloning it is cheap, and clones share one retry
 /// budget.

@@ -10,5 +10,6 @@ mod loopback_server;
 mod metrics;
 mod propagate;
 mod queue;
+mod readme;
 mod retries;
 mod server_timing;
