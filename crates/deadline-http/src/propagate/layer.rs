@@ -19,6 +19,7 @@ pub struct PropagateDeadlineLayer {
     metrics: crate::metrics_hook::ClientHook,
     /// Shared by every service this layer makes.
     retries: Arc<Retries>,
+    deadline_answers: bool,
 }
 
 impl PropagateDeadlineLayer {
@@ -30,7 +31,15 @@ impl PropagateDeadlineLayer {
             dialects: DialectSet::none(),
             metrics: Default::default(),
             retries: Retries::new(super::RetrySettings::default()),
+            deadline_answers: false,
         }
+    }
+
+    /// A final 504 / DEADLINE_EXCEEDED answer becomes an error (see
+    /// [`PropagateDeadline::deadline_answer_as_error`]; default `false`).
+    pub fn deadline_answer_as_error(mut self, on: bool) -> PropagateDeadlineLayer {
+        self.deadline_answers = on;
+        self
     }
 
     /// Also tells every callee its budget in these headers, each written from the one budget
@@ -109,6 +118,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             dialects: self.dialects.clone(),
             metrics: self.metrics.clone(),
             retries: Arc::clone(&self.retries),
+            deadline_answers: self.deadline_answers,
         }
     }
 }
