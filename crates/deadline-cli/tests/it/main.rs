@@ -14,4 +14,5 @@ mod metrics;
 mod placement;
 mod service;
 mod trace;
+mod trace_exposure;
 mod util;

@@ -138,6 +138,7 @@ pub mod answer;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod body;
+pub mod exposure;
 pub mod future;
 mod hold;
 mod hop_trace;
@@ -161,6 +162,7 @@ use tower_service::Service;
 
 pub use answer::Caller;
 pub use body::EnforceBody;
+pub use exposure::{TraceExposure, UnknownExposure};
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
 pub use phase::Phase;
@@ -198,6 +200,8 @@ pub(crate) struct HopSettings {
     sources: sources::Sources,
     /// Whether answers carry a `Server-Timing` header.
     server_timing: bool,
+    /// Which callers see `Deadline-Trace` and `Server-Timing`.
+    exposure: TraceExposure,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
     prometheus: crate::metrics_hook::HopHook,
@@ -217,6 +221,7 @@ impl fmt::Debug for HopSettings {
         debug
             .field("sources", &self.sources)
             .field("server_timing", &self.server_timing)
+            .field("exposure", &self.exposure)
             .field("on_hold", &self.on_hold.is_some())
             .finish()
     }
@@ -295,6 +300,11 @@ where
             settings.max_budget,
             caller.is_grpc(),
         );
+        let expose = settings.exposure.allows(
+            request.headers(),
+            request.extensions(),
+            !matches!(budget, Ok(None)),
+        );
         let reject = |recorder, status, message| {
             let reply = Reply {
                 cutoff: None,
@@ -302,6 +312,7 @@ where
                 settings: settings.clone(),
                 recorder: Some(recorder),
                 caller,
+                expose,
             };
             ResponseFuture::reject(reply, status, message)
         };
@@ -352,6 +363,7 @@ where
             settings: settings.clone(),
             recorder: Some(recorder),
             caller,
+            expose,
         };
         ResponseFuture::run(reply, work, settings.slots.clone())
     }
