@@ -7,6 +7,7 @@
 //! |---|---|---|---|
 //! | expiry header malformed | not worked on; rejected without requeue | reject | `malformed` |
 //! | expired (header against the wall clock, through the core's skew guard) | not worked on; discarded | ack | `expired` |
+//! | live with less than the consumer's [`min_budget`](Consumer::min_budget) left | not worked on; discarded | ack | `expired` |
 //! | live, or no expiry | the handler runs with the message's deadline current | | |
 //! | ... the handler succeeds | | ack | `ok` |
 //! | ... the handler returns an error | rejected without requeue | reject | `error` |
@@ -70,6 +71,7 @@ pub struct Consumer {
     deliveries: lapin::Consumer,
     guard: SkewGuard,
     reserve: Duration,
+    min_budget: Duration,
     metrics: Option<JobMetrics>,
 }
 
@@ -79,6 +81,7 @@ impl fmt::Debug for Consumer {
             .field("queue", &self.queue)
             .field("guard", &self.guard)
             .field("reserve", &self.reserve)
+            .field("min_budget", &self.min_budget)
             .finish_non_exhaustive()
     }
 }
@@ -121,6 +124,14 @@ pub enum Handled {
         /// How long ago it expired (counting the assumed skew).
         by: Duration,
     },
+    /// Live, but with less time left than the consumer's
+    /// [`min_budget`](Consumer::min_budget): discarded without work, as an expired message is.
+    NotEnoughTime {
+        /// How long the message had waited.
+        age: Option<Duration>,
+        /// The time it had left.
+        left: Budget,
+    },
     /// The expiry header could not be read: rejected without work.
     Malformed {
         /// How long the message had waited.
@@ -147,7 +158,7 @@ impl Handled {
     pub fn outcome(&self) -> Outcome {
         match self {
             Handled::Worked { .. } => Outcome::Ok,
-            Handled::Expired { .. } => Outcome::Expired,
+            Handled::Expired { .. } | Handled::NotEnoughTime { .. } => Outcome::Expired,
             Handled::Malformed { .. } => Outcome::Malformed,
             Handled::DeadlineExceeded { .. } => Outcome::Deadline,
             Handled::Failed { .. } => Outcome::Error,
@@ -159,6 +170,7 @@ impl Handled {
         match self {
             Handled::Worked { age, .. }
             | Handled::Expired { age, .. }
+            | Handled::NotEnoughTime { age, .. }
             | Handled::Malformed { age, .. }
             | Handled::DeadlineExceeded { age }
             | Handled::Failed { age, .. } => *age,
@@ -202,6 +214,7 @@ impl Consumer {
             deliveries,
             guard: SkewGuard::DEFAULT,
             reserve: Duration::ZERO,
+            min_budget: Duration::ZERO,
             metrics: None,
         })
     }
@@ -218,6 +231,16 @@ impl Consumer {
     /// Raise it when the handler must still do something with a result (a reply message).
     pub fn reserve(mut self, reserve: Duration) -> Consumer {
         self.reserve = reserve;
+        self
+    }
+
+    /// The least time a message must have left for its work to begin (default 0: any live
+    /// message is worked on). A message with less is discarded like an expired one
+    /// ([`Handled::NotEnoughTime`], outcome `expired`): work that cannot finish before the
+    /// requester gives up would be stopped at the deadline, its time spent for nothing. Set
+    /// it to the work's usual duration.
+    pub fn min_budget(mut self, min_budget: Duration) -> Consumer {
+        self.min_budget = min_budget;
         self
     }
 
@@ -286,6 +309,9 @@ impl Consumer {
             ExpiryStamp::Absent => Verdict::Work(None),
             ExpiryStamp::Malformed(error) => Verdict::Discard(Handled::Malformed { age, error }),
             ExpiryStamp::At(expiry) => match expiry.check(wall, &self.guard) {
+                Freshness::Live(left) if left.as_duration() < self.min_budget => {
+                    Verdict::Discard(Handled::NotEnoughTime { age, left })
+                }
                 Freshness::Live(budget) => Verdict::Work(Some(budget)),
                 Freshness::Expired { by } => Verdict::Discard(Handled::Expired { age, by }),
             },
@@ -354,7 +380,10 @@ impl Consumer {
                     .reject(BasicRejectOptions { requeue: false })
                     .await?;
             }
-            Handled::Worked { .. } | Handled::Expired { .. } | Handled::DeadlineExceeded { .. } => {
+            Handled::Worked { .. }
+            | Handled::Expired { .. }
+            | Handled::NotEnoughTime { .. }
+            | Handled::DeadlineExceeded { .. } => {
                 delivery.ack(BasicAckOptions::default()).await?;
             }
         }

@@ -36,7 +36,8 @@ use prometheus_client::metrics::histogram::Histogram;
 pub enum Outcome {
     /// Worked on by the handler, which succeeded; acknowledged.
     Ok,
-    /// Expired before any work: acknowledged and discarded, never redelivered.
+    /// Expired before any work, or with too little time left to finish it: acknowledged and
+    /// discarded, never redelivered.
     Expired,
     /// Its expiry header could not be read: rejected without requeue (dead-lettered where
     /// the queue has a dead-letter exchange), never worked on.

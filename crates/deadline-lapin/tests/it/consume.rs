@@ -360,3 +360,41 @@ async fn a_malformed_expiry_is_dead_lettered_and_never_worked() {
     assert_eq!(metric(&text, &series("expired")), 0.0);
     queues.delete().await;
 }
+
+/// A consumer that needs 5 s of work does not begin on a message with 2 s left: it is
+/// discarded (and acknowledged) as an expired one is, and the next one, with a minute left, is
+/// worked on.
+#[tokio::test]
+async fn work_that_cannot_finish_in_time_is_not_begun() {
+    let mut queues = Queues::new().await;
+    let queue = queues.declare("min-budget", QueueOptions::default()).await;
+    let producer = Producer::new(&queues.connection).await.unwrap();
+    producer
+        .publish(&queue, b"short", Expiry::Lifetime(ms(2_000)))
+        .await
+        .unwrap();
+    producer
+        .publish(&queue, b"long", Expiry::Lifetime(ms(60_000)))
+        .await
+        .unwrap();
+    let mut consumer = Consumer::new(&queues.connection, &queue, 10)
+        .await
+        .unwrap()
+        .min_budget(ms(5_000));
+    let worked = Arc::new(Mutex::new(Vec::new()));
+    let first = next(&mut consumer, &worked).await;
+    let Handled::NotEnoughTime { left, .. } = first else {
+        panic!("a message with 2 s left for 5 s of work was {first:?}");
+    };
+    assert!(left.as_millis() <= 1_950, "{left}");
+    let second = next(&mut consumer, &worked).await;
+    assert!(matches!(second, Handled::Worked { .. }), "{second:?}");
+    assert_eq!(*worked.lock().unwrap(), ["long"]);
+    consumer.close().await.unwrap();
+    assert_eq!(
+        queues.drain(&queue).await,
+        0,
+        "the short message was acknowledged"
+    );
+    queues.delete().await;
+}
