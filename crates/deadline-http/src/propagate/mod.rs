@@ -278,7 +278,7 @@ impl<S> PropagateDeadline<S> {
     /// (HTTP 504, or a trailers-only gRPC DEADLINE_EXCEEDED) fails with
     /// [`CallError::DeadlineExceeded`] instead of returning that response, so a handler can pass
     /// it on with `?`. The default, `false`, returns every response as `Ok`. Retries are decided
-    /// first, as always: only the answer the call ends with is converted (see [`answers`]).
+    /// first, as always: only the answer the call ends with is converted.
     #[must_use = "this returns the service with the option set; the original is unchanged"]
     pub fn deadline_answer_as_error(mut self, on: bool) -> PropagateDeadline<S> {
         self.deadline_answers = on;
