@@ -13,6 +13,7 @@ mod load;
 mod metrics;
 mod placement;
 mod service;
+mod stream;
 mod trace;
 mod trace_exposure;
 mod util;

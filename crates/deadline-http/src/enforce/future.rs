@@ -426,7 +426,10 @@ impl Reply {
             // Nor a trace the inner service relayed from downstream.
             parts.headers.remove(deadline::TRACE_HEADER);
         }
-        Response::from_parts(parts, EnforceBody::inner(body, recorder))
+        Response::from_parts(
+            parts,
+            EnforceBody::inner(body, recorder, self.cutoff, self.caller),
+        )
     }
 
     /// One of the layer's own answers (400, 503 or 504), in the caller's terms, with this hop's

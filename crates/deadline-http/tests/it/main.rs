@@ -16,3 +16,4 @@ mod queue;
 mod readme;
 mod retries;
 mod server_timing;
+mod streams;
