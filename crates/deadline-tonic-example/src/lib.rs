@@ -8,6 +8,8 @@
 //! worker slots).
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub use deadline_tonic::{BoxError, DeadlineChannel};
