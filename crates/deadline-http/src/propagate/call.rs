@@ -13,6 +13,7 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use super::attempt::{AttemptRequests, authority_name};
+use super::body::AttemptEnd;
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
 use super::{Target, UNNAMED_TARGET};
@@ -116,12 +117,19 @@ where
             };
             metrics.attempt(plan.sent());
             let _calling = record.as_mut().map(|record| record.begin(sent_at));
-            let outcome = tokio::time::timeout_at(sent_at + attempt.wait, async {
+            let capped = attempt.wait < policy.timeout();
+            // The attempt's wait covers its response's body too (see `body`).
+            let until = AttemptEnd {
+                at: sent_at + attempt.wait,
+                capped,
+                timeout: policy.timeout(),
+            };
+            let outcome = tokio::time::timeout_at(until.at, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
-                ready.call(attempt_request).await.map_err(Into::into)
+                let response = ready.call(attempt_request).await.map_err(Into::into)?;
+                Ok(until.mark(response))
             })
             .await;
-            let capped = attempt.wait < policy.timeout();
             let end = Instant::now();
             match judge(
                 outcome,

@@ -7,7 +7,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::{Backoff, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
+use super::{Backoff, CallBody, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
 use crate::error::CallError;
 
 /// The pooled HTTP/1 client [`DeadlineClient`] wraps.
@@ -147,9 +147,21 @@ impl DeadlineClient {
         }
     }
 
+    /// The largest response body a call reads, in bytes (default
+    /// [`DEFAULT_MAX_BODY`](super::DEFAULT_MAX_BODY), 4 MiB): past it, or when the callee
+    /// announces more in `Content-Length`, reading the body fails with
+    /// [`BodyError::TooLarge`](super::BodyError::TooLarge) and the connection (HTTP/1.1) or
+    /// the stream (HTTP/2) is dropped. `u64::MAX` is no limit. See [`body`](super::body).
+    #[must_use = "this returns the client with the limit set; the original is unchanged"]
+    pub fn max_body(self, limit: u64) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.max_body(limit),
+        }
+    }
+
     /// `GET uri` with an empty body. A `uri` that does not parse is
     /// [`CallError::InvalidRequest`], and nothing is sent.
-    pub async fn get<U>(&self, uri: U) -> Result<Response<Incoming>, CallError>
+    pub async fn get<U>(&self, uri: U) -> Result<Response<CallBody<Incoming>>, CallError>
     where
         Uri: TryFrom<U>,
         <Uri as TryFrom<U>>::Error: Into<http::Error>,
@@ -161,11 +173,13 @@ impl DeadlineClient {
     }
 
     /// Sends `request` (its URI must be absolute: `http://host:port/path`), retrying as the
-    /// policy and the [retry rules](super#retries) allow.
+    /// policy and the [retry rules](super#retries) allow. The response's body is read within
+    /// the attempt's wait and the size limit ([`max_body`](Self::max_body)); a body cut short
+    /// is an error, never a shorter body.
     pub async fn send(
         &self,
         request: Request<Full<Bytes>>,
-    ) -> Result<Response<Incoming>, CallError> {
+    ) -> Result<Response<CallBody<Incoming>>, CallError> {
         self.service.start(request).await
     }
 }
