@@ -56,10 +56,12 @@ use crate::error::BoxError;
 /// The default largest response body a call reads: 4 MiB.
 pub const DEFAULT_MAX_BODY: u64 = 4 * 1024 * 1024;
 
-/// When the attempt that got a response must have its whole body, carried in the response's
-/// extensions from the attempt to where the call wraps its body.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct AttemptEnd {
+/// When the attempt that got a response must have its whole body: the end of its wait.
+///
+/// The propagate layer carries it in the response's extensions from the attempt to where the
+/// call wraps its body; another client (the reqwest middleware) gives it to [`CallBody::new`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttemptEnd {
     /// The end of the attempt's wait.
     pub(super) at: Instant,
     /// Whether the caller's deadline cut the wait short of the policy's timeout.
@@ -69,6 +71,18 @@ pub(super) struct AttemptEnd {
 }
 
 impl AttemptEnd {
+    /// An attempt whose wait ends `at`, under a policy whose per-attempt timeout is `timeout`;
+    /// `capped` when the caller's deadline cut the wait short of that timeout (a body still
+    /// arriving at `at` then fails with [`BodyError::DeadlineExceeded`], else with
+    /// [`BodyError::TimedOut`]).
+    pub fn new(at: Instant, timeout: Duration, capped: bool) -> AttemptEnd {
+        AttemptEnd {
+            at,
+            capped,
+            timeout,
+        }
+    }
+
     /// Marks `response` as got by an attempt whose wait ends as `self` says.
     pub(super) fn mark<RB>(self, mut response: Response<RB>) -> Response<RB> {
         response.extensions_mut().insert(self);
@@ -106,8 +120,9 @@ pin_project! {
 }
 
 impl<B> CallBody<B> {
-    /// `inner`, read until the attempt's `end` (none: no time bound) and at most `limit` bytes.
-    fn new(inner: B, end: Option<AttemptEnd>, limit: u64) -> CallBody<B> {
+    /// `inner`, read until the attempt's `end` (none: no time bound) and at most `limit` bytes
+    /// (`u64::MAX`: no limit).
+    pub fn new(inner: B, end: Option<AttemptEnd>, limit: u64) -> CallBody<B> {
         CallBody {
             inner: Some(inner),
             sleep: None,

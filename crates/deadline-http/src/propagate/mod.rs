@@ -205,7 +205,7 @@ use deadline::{CallPolicy, Deadline};
 use http::{HeaderName, Request, Response};
 use tower_service::Service;
 
-pub use self::body::{BodyError, CallBody, DEFAULT_MAX_BODY};
+pub use self::body::{AttemptEnd, BodyError, CallBody, DEFAULT_MAX_BODY};
 use self::call::Call;
 pub use self::client::DeadlineClient;
 pub use self::dialects::DialectSet;
