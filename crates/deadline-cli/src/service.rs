@@ -17,7 +17,8 @@ use deadline::{Budget, CallPolicy};
 use deadline_http::enforce::{EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER};
 use deadline_http::metrics::DeadlineMetrics;
 use deadline_http::propagate::{
-    BodyError, Callee504, DEFAULT_MAX_BODY, DeadlineClient, RetryBudgetConfig,
+    BodyError, Callee504, DEFAULT_MAX_BODY, DeadlineClient, H2_KEEP_ALIVE_INTERVAL,
+    H2_KEEP_ALIVE_TIMEOUT, RetryBudgetConfig,
 };
 use deadline_http::serve::ServeOptions;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
@@ -262,6 +263,10 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 .pool_idle_timeout(Duration::from_millis(args.pool_idle_timeout))
                 .pool_timer(TokioTimer::new())
                 .http2_only(args.downstream_protocol.is_http2())
+                // A downstream h2 connection that stops answering PINGs is closed.
+                .timer(TokioTimer::new())
+                .http2_keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+                .http2_keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
                 .build(connector);
             let budget = match (args.no_retry_budget, args.retry_budget) {
                 (true, _) => None,

@@ -112,7 +112,7 @@ where
                 target = requests.original().map(|r| Arc::from(authority_name(r)));
             }
             // Ruled out by the check before planning; stop as if the attempts were used.
-            let Some(attempt_request) = requests.next(plan.sent(), attempt.budget) else {
+            let Some(mut attempt_request) = requests.next(plan.sent(), attempt.budget) else {
                 continue;
             };
             metrics.attempt(plan.sent());
@@ -124,6 +124,8 @@ where
                 capped,
                 timeout: policy.timeout(),
             };
+            // For the client below: a connection an attempt timed out on is not reused.
+            attempt_request.extensions_mut().insert(until);
             let outcome = tokio::time::timeout_at(until.at, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
                 let response = ready.call(attempt_request).await.map_err(Into::into)?;

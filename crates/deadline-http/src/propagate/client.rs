@@ -10,8 +10,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::{Backoff, CallBody, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
 use crate::error::CallError;
 
-/// The pooled HTTP/1 client [`DeadlineClient`] wraps.
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+use super::evict::{Evicting, H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT};
 
 /// An HTTP client whose calls carry the current deadline: hyper-util's pooled client wrapped in
 /// [`PropagateDeadline`].
@@ -40,9 +39,13 @@ type HttpClient = Client<HttpConnector, Full<Bytes>>;
 /// println!("inventory answered {}", response.status());
 /// # Ok(()) }
 /// ```
+///
+/// A connection an attempt timed out on is taken out of the pool (the next call dials a new
+/// one), and an HTTP/2 connection whose peer stops answering keep-alive PINGs is closed; see
+/// [`H2_KEEP_ALIVE_INTERVAL`](super::H2_KEEP_ALIVE_INTERVAL).
 #[derive(Clone, Debug)]
 pub struct DeadlineClient {
-    service: PropagateDeadline<HttpClient>,
+    service: PropagateDeadline<Evicting>,
 }
 
 impl DeadlineClient {
@@ -69,15 +72,21 @@ impl DeadlineClient {
         let client = Client::builder(TokioExecutor::new())
             .http2_only(true)
             .timer(TokioTimer::new())
+            .http2_keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+            .http2_keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
             .build(connector);
         DeadlineClient::from_client(client, policy)
     }
 
     /// A client making calls under `policy` through `client` (for a pool configured otherwise;
-    /// remember `set_nodelay(true)` on its connector).
-    pub fn from_client(client: HttpClient, policy: CallPolicy) -> DeadlineClient {
+    /// remember `set_nodelay(true)` on its connector, and for HTTP/2 keep-alive PINGs with a
+    /// timer, as [`h2c`](Self::h2c) sets them).
+    pub fn from_client(
+        client: Client<HttpConnector, Full<Bytes>>,
+        policy: CallPolicy,
+    ) -> DeadlineClient {
         DeadlineClient {
-            service: PropagateDeadline::new(client, policy),
+            service: PropagateDeadline::new(Evicting { client }, policy),
         }
     }
 

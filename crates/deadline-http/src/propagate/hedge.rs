@@ -105,11 +105,13 @@ impl Drop for Hedged {
 
 /// One attempt: readiness and the call, within its wait.
 /// The response is marked with the attempt's end, which bounds its body too.
-async fn flight<S, B, RB>(mut inner: S, request: Request<B>, until: AttemptEnd) -> Outcome<RB>
+async fn flight<S, B, RB>(mut inner: S, mut request: Request<B>, until: AttemptEnd) -> Outcome<RB>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
 {
+    // For the client below: a connection an attempt timed out on is not reused.
+    request.extensions_mut().insert(until);
     tokio::time::timeout_at(until.at, async move {
         let ready = inner.ready().await.map_err(Into::into)?;
         let response = ready.call(request).await.map_err(Into::into)?;

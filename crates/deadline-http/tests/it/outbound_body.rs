@@ -243,3 +243,44 @@ async fn over_h2_a_stalled_body_resets_its_stream() {
 fn the_default_limit_is_a_few_mebibytes() {
     assert_eq!(DEFAULT_MAX_BODY, 4 * 1024 * 1024);
 }
+
+/// Regression: an HTTP/2 connection an attempt timed out on stayed in the pool, so every later
+/// call went out on it (a wedged connection took every call for as long as it stayed open). The
+/// next call after a timeout dials a new connection; calls that end in time share one.
+#[tokio::test]
+async fn over_h2_a_connection_an_attempt_timed_out_on_is_not_reused() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("an address");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    let service = tower::service_fn(|request: Request<hyper::body::Incoming>| async move {
+        if request.uri().path() == "/hang" {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::from("ok"))))
+    });
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(deadline_http::serve_connection(stream, service));
+        }
+    });
+    let client = DeadlineClient::h2c(policy(300));
+    for _ in 0..3 {
+        let response = client.get(format!("http://{addr}/ok")).await.expect("ok");
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one shared connection");
+    let error = client.get(format!("http://{addr}/hang")).await.unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    let response = client.get(format!("http://{addr}/ok")).await.expect("ok");
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "the call after the timeout dialled a new connection"
+    );
+}
