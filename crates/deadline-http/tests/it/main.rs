@@ -13,3 +13,4 @@ mod propagate;
 mod queue;
 mod retries;
 mod server_timing;
+mod streams;
