@@ -20,6 +20,7 @@ pub struct PropagateDeadlineLayer {
     /// Shared by every service this layer makes.
     retries: Arc<Retries>,
     deadline_answers: bool,
+    max_body: u64,
 }
 
 impl PropagateDeadlineLayer {
@@ -32,6 +33,7 @@ impl PropagateDeadlineLayer {
             metrics: Default::default(),
             retries: Retries::new(super::RetrySettings::default()),
             deadline_answers: false,
+            max_body: super::DEFAULT_MAX_BODY,
         }
     }
 
@@ -105,6 +107,13 @@ impl PropagateDeadlineLayer {
         self.retries = Retries::new(self.retries.settings().with_callee_504(rule));
         self
     }
+
+    /// The largest response body a call reads, in bytes (default 4 MiB; see
+    /// [`PropagateDeadline::max_body`]).
+    pub fn max_body(mut self, limit: u64) -> PropagateDeadlineLayer {
+        self.max_body = limit;
+        self
+    }
 }
 
 impl<S> Layer<S> for PropagateDeadlineLayer {
@@ -119,6 +128,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             metrics: self.metrics.clone(),
             retries: Arc::clone(&self.retries),
             deadline_answers: self.deadline_answers,
+            max_body: self.max_body,
         }
     }
 }
