@@ -22,7 +22,8 @@ nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
 members = set(meta["workspace_members"])
 
 def version(text):
-    return tuple(int(x) for x in (text or "0").split("."))
+    parts = [int(x) for x in (text or "0").split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))  # "1.85" and "1.85.0" are the same version
 
 def closure(root):
     seen, stack = set(), [root]
