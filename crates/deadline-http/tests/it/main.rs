@@ -11,4 +11,5 @@ mod metrics;
 mod propagate;
 mod queue;
 mod retries;
+mod serve_limits;
 mod server_timing;
