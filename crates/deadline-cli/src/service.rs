@@ -14,7 +14,10 @@ use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
-use deadline_http::enforce::{EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER};
+use deadline_http::enforce::{
+    EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER, is_usable_request_id,
+};
+use deadline_http::log_limit::LogLimit;
 use deadline_http::metrics::DeadlineMetrics;
 use deadline_http::propagate::{Callee504, DeadlineClient, RetryBudgetConfig};
 use deadline_http::serve::ServeOptions;
@@ -52,6 +55,10 @@ pub(crate) struct ServiceArgs {
     /// Worker slots: requests beyond this wait, but only as long as their budget allows.
     #[arg(long)]
     pub slots: Option<usize>,
+    /// At most this many requests wait for a worker slot: beyond it a request is refused at
+    /// once with 503 (gRPC UNAVAILABLE), with a budget or without. Needs `--slots`.
+    #[arg(long)]
+    pub max_queue: Option<usize>,
     /// Order of the worker-slot queue: `fifo` (arrival order) or `edf` (earliest deadline first,
     /// requests without a deadline last).
     #[arg(long, default_value_t = QueueOrder::Fifo)]
@@ -210,6 +217,9 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     if args.admission && args.slots.is_none() {
         bail!("--admission needs --slots: without a limit no request ever waits");
     }
+    if args.max_queue.is_some() && args.slots.is_none() {
+        bail!("--max-queue needs --slots: without a limit no request ever waits");
+    }
     if args.admission_min_useful.is_some() && !args.admission {
         bail!("--admission-min-useful needs --admission");
     }
@@ -337,6 +347,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         let min_useful = args.admission_min_useful.unwrap_or(args.work);
         enforce = enforce.admission(Duration::from_millis(min_useful));
     }
+    if let Some(max) = args.max_queue {
+        enforce = enforce.max_queue(max);
+    }
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }
@@ -350,6 +363,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     });
 
     let ids = Arc::new(IdMaker::new(&args.name));
+    let replaced_ids = Arc::new(LogLimit::new(Duration::from_secs(1)));
+    let service_name = args.name.clone();
     let counter = in_flight.clone();
     let work = ServiceBuilder::new()
         // Outside the enforce layer but before any waiting: stamp an id and count the request
@@ -357,14 +372,25 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .map_request(move |mut req: Request<Incoming>| {
             counter.fetch_add(1, Ordering::AcqRel);
             // An id that is empty or not visible ASCII counts as absent: forwarding it would
-            // give unrelated requests one shared id (and one shared slowness decision).
-            let usable = req
-                .headers()
-                .get(REQUEST_ID_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|id| !id.trim().is_empty());
-            if !usable {
-                if let Ok(id) = HeaderValue::from_str(&ids.next()) {
+            // give unrelated requests one shared id (and one shared slowness decision). One
+            // longer than 128 characters is replaced too, not copied into every hop's headers
+            // and logs; the replacement is logged, at most once a second.
+            let sent = req.headers().get(REQUEST_ID_HEADER);
+            if !sent.is_some_and(|id| is_usable_request_id(id.as_bytes())) {
+                let id = ids.next();
+                if let Some(sent) = sent {
+                    if let Some(replaced) = replaced_ids.hit() {
+                        tracing::warn!(
+                            service = %service_name,
+                            sent_len = sent.len(),
+                            new_id = %id,
+                            replaced,
+                            "x-request-id replaced: not 1 to 128 visible ASCII characters \
+                             (replaced: how many since the last such line)"
+                        );
+                    }
+                }
+                if let Ok(id) = HeaderValue::from_str(&id) {
                     req.headers_mut().insert(REQUEST_ID_HEADER, id);
                 }
             }
