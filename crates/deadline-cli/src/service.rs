@@ -49,6 +49,14 @@ pub(crate) struct ServiceArgs {
     /// Address to listen on; port 0 picks a free one (the ready line says which).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    /// Also serve the admin paths (`/metrics`, `/debug/runtime`) on this address, apart from
+    /// the public port (a second line, `admin on http://ADDR`, follows the ready line).
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Do not answer the admin paths on the public port (they are then ordinary work paths):
+    /// with --admin-listen, only the admin address shows metrics and runtime figures.
+    #[arg(long, requires = "admin_listen")]
+    pub no_public_admin: bool,
     /// Milliseconds of work per request.
     #[arg(long, default_value_t = 0)]
     pub work: u64,
@@ -276,6 +284,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let admin_listener = match args.admin_listen {
+        Some(admin) => Some(
+            tokio::net::TcpListener::bind(admin)
+                .await
+                .with_context(|| format!("binding --admin-listen {admin}"))?,
+        ),
+        None => None,
+    };
 
     let log = args
         .log
@@ -416,17 +432,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     });
     // The admin paths are answered here, before the request is counted or reaches the enforce
     // layer: they never wait for a slot, are never logged and never reach the work.
+    let admin = Admin { probe, registry };
+    let public_admin = (!args.no_public_admin).then(|| admin.clone());
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let work = work.clone();
-        let probe = probe.clone();
-        let registry = registry.clone();
+        let admin = public_admin.as_ref().and_then(|admin| admin.answer(&req));
         async move {
-            if req.uri().path() == RUNTIME_PATH && req.method() == http::Method::GET {
-                return Ok(probe.reply().map(Either::Right));
-            }
-            if req.uri().path() == METRICS_PATH && req.method() == http::Method::GET {
-                let scrape = deadline_http::metrics::scrape(&registry);
-                return Ok(scrape.map(|text| Either::Right(Full::new(Bytes::from(text)))));
+            if let Some(answer) = admin {
+                return Ok(answer.map(Either::Right));
             }
             work.oneshot(req).await.map(|r| r.map(Either::Left))
         }
@@ -436,6 +449,37 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     stdout
         .write_all(format!("listening on http://{addr}\n").as_bytes())
         .await?;
+    // The admin address apart: its own serve loop, answering the admin paths and 404 to any
+    // other, stopped with the public one.
+    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(false);
+    let admin_task = match admin_listener {
+        Some(listener) => {
+            let admin_addr = listener.local_addr()?;
+            stdout
+                .write_all(format!("admin on http://{admin_addr}\n").as_bytes())
+                .await?;
+            let service = tower::service_fn(move |req: Request<Incoming>| {
+                let answer = admin.answer(&req).unwrap_or_else(|| {
+                    text(
+                        StatusCode::NOT_FOUND,
+                        format!("not an admin path: {}\n", req.uri().path()),
+                    )
+                });
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            let mut stopped = admin_stopped;
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            Some(tokio::spawn(deadline_http::serve::serve_with(
+                listener,
+                service,
+                shutdown,
+                serve_options(&args),
+            )))
+        }
+        None => None,
+    };
     stdout.flush().await?;
 
     let stop_on_stdin = args.exit_on_stdin_close;
@@ -452,6 +496,12 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     deadline_http::serve::serve_with(listener, service, shutdown, serve_options(&args))
         .await
         .context("serving")?;
+    let _ = stop_admin.send(true);
+    if let Some(task) = admin_task {
+        task.await
+            .context("the admin server")?
+            .context("serving the admin address")?;
+    }
 
     // Work the baseline keeps running after its caller left is still in flight: wait for it so
     // the log holds every hold, but only for what is left of --drain-timeout.
@@ -517,6 +567,30 @@ pub(crate) const RUNTIME_PATH: &str = "/debug/runtime";
 /// The reserved scrape path: `GET` answers this service's Prometheus metrics (the deadline
 /// metric set, `service` label = `--name`), in the OpenMetrics text format.
 pub(crate) const METRICS_PATH: &str = "/metrics";
+
+/// The admin paths' answers: runtime figures and the metrics scrape.
+#[derive(Clone)]
+struct Admin {
+    probe: Arc<RuntimeProbe>,
+    registry: Arc<deadline_http::metrics::Registry>,
+}
+
+impl Admin {
+    /// The answer to `req` if it is `GET` on an admin path.
+    fn answer<B>(&self, req: &Request<B>) -> Option<Response<Full<Bytes>>> {
+        if req.method() != http::Method::GET {
+            return None;
+        }
+        match req.uri().path() {
+            RUNTIME_PATH => Some(self.probe.reply()),
+            METRICS_PATH => Some(
+                deadline_http::metrics::scrape(&self.registry)
+                    .map(|text| Full::new(Bytes::from(text))),
+            ),
+            _ => None,
+        }
+    }
+}
 
 /// What `GET /debug/runtime` reads.
 struct RuntimeProbe {

@@ -174,3 +174,51 @@ fn a_full_queue_is_refused_with_503() {
     assert_eq!(first.join().unwrap(), 200);
     assert_eq!(second.join().unwrap(), 200);
 }
+
+/// Finding: `/metrics` and `/debug/runtime` were served on the public port only. With
+/// `--admin-listen` they are served on an address of their own, and with `--no-public-admin`
+/// the public port treats them as ordinary work paths.
+#[test]
+fn admin_paths_are_served_apart_from_the_public_port() {
+    use std::io::BufRead;
+    let mut child = crate::util::bin()
+        .args(["service", "--name", "inventory", "--exit-on-stdin-close"])
+        .args(["--admin-listen", "127.0.0.1:0", "--no-public-admin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut stdout, public) = crate::util::ready_addr(&mut child);
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let admin = line
+        .trim()
+        .strip_prefix("admin on http://")
+        .unwrap_or_else(|| panic!("no admin line: {line:?}"))
+        .to_owned();
+    let get = |addr: &str, path: &str| {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    let metrics = get(&admin, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains("deadline_"), "{metrics}");
+    let runtime = get(&admin, "/debug/runtime");
+    assert!(runtime.contains("alive_tasks"), "{runtime}");
+    assert!(get(&admin, "/work").starts_with("HTTP/1.1 404"));
+    let public_metrics = get(&public, "/metrics");
+    assert!(!public_metrics.contains("deadline_"), "{public_metrics}");
+    assert!(
+        public_metrics.contains("inventory: done"),
+        "{public_metrics}"
+    );
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
