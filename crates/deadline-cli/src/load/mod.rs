@@ -303,14 +303,12 @@ async fn run_once(
         "load-without"
     };
     let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
-    if deadlines {
-        if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
-            inventory
-                .args
-                .extend(["--queue".to_owned(), args.queue.to_string()]);
-            if args.admission {
-                inventory.args.push("--admission".to_owned());
-            }
+    if deadlines && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+        inventory
+            .args
+            .extend(["--queue".to_owned(), args.queue.to_string()]);
+        if args.admission {
+            inventory.args.push("--admission".to_owned());
         }
     }
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);
