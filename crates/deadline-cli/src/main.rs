@@ -18,6 +18,7 @@ mod placement;
 mod service;
 mod shutdown;
 mod slowness;
+mod stream;
 mod svg;
 mod trace_cmd;
 

@@ -13,3 +13,4 @@ mod queue;
 mod retries;
 mod serve_limits;
 mod server_timing;
+mod streams;
