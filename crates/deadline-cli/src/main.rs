@@ -13,6 +13,7 @@ mod holds;
 mod hygiene;
 mod load;
 mod outage;
+mod pg;
 mod placement;
 mod service;
 mod shutdown;
@@ -33,6 +34,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process: the size does not matter
 enum Command {
     /// Serve any GET path: wait for a worker slot, work, then call a downstream if one is set.
     Service(service::ServiceArgs),

@@ -12,6 +12,7 @@ mod hygiene;
 mod load;
 mod metrics;
 mod placement;
+mod postgres;
 mod service;
 mod trace;
 mod util;
