@@ -312,24 +312,22 @@ async fn run_once(
     };
     let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
     let tag = crate::pg::run_tag(label);
-    if let Some(url) = &args.postgres {
-        if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
-            inventory.args.extend([
-                "--postgres".to_owned(),
-                url.clone(),
-                "--postgres-tag".to_owned(),
-                tag.clone(),
-            ]);
-        }
+    if let Some(url) = &args.postgres
+        && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory")
+    {
+        inventory.args.extend([
+            "--postgres".to_owned(),
+            url.clone(),
+            "--postgres-tag".to_owned(),
+            tag.clone(),
+        ]);
     }
-    if deadlines {
-        if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
-            inventory
-                .args
-                .extend(["--queue".to_owned(), args.queue.to_string()]);
-            if args.admission {
-                inventory.args.push("--admission".to_owned());
-            }
+    if deadlines && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+        inventory
+            .args
+            .extend(["--queue".to_owned(), args.queue.to_string()]);
+        if args.admission {
+            inventory.args.push("--admission".to_owned());
         }
     }
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);

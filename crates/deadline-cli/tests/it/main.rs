@@ -14,5 +14,6 @@ mod metrics;
 mod placement;
 mod postgres;
 mod service;
+mod stream;
 mod trace;
 mod util;
