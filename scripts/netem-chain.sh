@@ -51,7 +51,7 @@ SECONDS_OF_LOAD="${SECONDS_OF_LOAD:-10}"
 # next hop one and a half round trips after it was sent (SYN, SYN-ACK, then the request: three
 # one-way crossings) and its answer needs one more crossing back: four crossings of at most
 # delay + jitter. At 5 +- 1 ms that is 24 ms, inside the default 50 ms; at 25 +- 5 ms it is
-# 120 ms, which 50 ms cannot cover (the figures in the README show what breaks), so that setting
+# 120 ms, which 50 ms cannot cover (the figures in docs/evidence.md show what breaks), so that setting
 # runs with 150 ms: the 120 ms plus 30 ms for scheduling on a busy machine.
 SETTINGS=(
     "5 1 0 50"

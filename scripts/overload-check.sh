@@ -2,7 +2,7 @@
 # A short overload check for CI: inventory (8 slots x 100 ms = 80/s) offered twice its capacity
 # for 5 s with an earliest-deadline-first queue and predictive admission. Fails unless the run
 # keeps goodput near capacity, refuses users quickly, spends (almost) no inventory work on users
-# who then miss, and actually shed something. The bounds are looser than the README's goals
+# who then miss, and actually shed something. The bounds are looser than the goals in docs/evidence.md
 # (95 % of capacity, refusals within 10 ms): CI machines are shared and their figures move.
 #
 # Usage: scripts/overload-check.sh [BIN]      (default: target/release/deadline, built if absent)

@@ -133,7 +133,7 @@ impl LogCounts {
 /// [`FLUSH_EVERY`], then writes the whole batch with one `write` call and no user-space buffer
 /// left behind. So a reader following the file sees holds within about 25 ms of their end, a
 /// `SIGKILL` loses at most the last batch, and an idle service costs nothing (the thread sleeps
-/// on the queue). A write per line was measured too (see the README's log paragraph): it costs
+/// on the queue). A write per line was measured too (see the log paragraph in docs/reference.md): it costs
 /// a thread wake-up and a system call per hold for no durability a reader could notice.
 ///
 /// **When the queue is full** (the disk stalls longer than the queue lasts) the line is dropped

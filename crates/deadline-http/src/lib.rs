@@ -87,5 +87,8 @@ pub use error::{AttemptSkipped, DeadlineExceeded};
 #[cfg(feature = "axum")]
 pub use extract::RequestDeadline;
 pub use propagate::{DeadlineClient, IDEMPOTENCY_KEY, PropagateDeadline, PropagateDeadlineLayer};
+// The policy a `DeadlineClient` calls under, from the core crate, so a service needs only
+// this crate.
+pub use deadline::{CallPolicy, PolicyError};
 pub use serve::{serve, serve_connection};
 pub use spawn::{BlockingCheck, RequestTask, TaskError, run_blocking, spawn};

@@ -306,7 +306,7 @@ fn slow_clients_do_not_stop_others_and_are_cut_off_by_the_header_timeout() {
     );
 }
 
-/// The measurement in the README (`scripts/slow-clients.sh` runs it with a raised fd limit).
+/// The measurement in docs/evidence.md (`scripts/slow-clients.sh` runs it with a raised fd limit).
 #[test]
 #[ignore = "a measurement: 1,000 connections, needs `ulimit -n` above 2,100"]
 fn slow_clients_1000() {

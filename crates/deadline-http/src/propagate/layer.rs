@@ -19,6 +19,8 @@ pub struct PropagateDeadlineLayer {
     metrics: crate::metrics_hook::ClientHook,
     /// Shared by every service this layer makes.
     retries: Arc<Retries>,
+    deadline_answers: bool,
+    max_body: u64,
 }
 
 impl PropagateDeadlineLayer {
@@ -30,7 +32,16 @@ impl PropagateDeadlineLayer {
             dialects: DialectSet::none(),
             metrics: Default::default(),
             retries: Retries::new(super::RetrySettings::default()),
+            deadline_answers: false,
+            max_body: super::DEFAULT_MAX_BODY,
         }
+    }
+
+    /// A final 504 / DEADLINE_EXCEEDED answer becomes an error (see
+    /// [`PropagateDeadline::deadline_answer_as_error`]; default `false`).
+    pub fn deadline_answer_as_error(mut self, on: bool) -> PropagateDeadlineLayer {
+        self.deadline_answers = on;
+        self
     }
 
     /// Also tells every callee its budget in these headers, each written from the one budget
@@ -96,6 +107,13 @@ impl PropagateDeadlineLayer {
         self.retries = Retries::new(self.retries.settings().with_callee_504(rule));
         self
     }
+
+    /// The largest response body a call reads, in bytes (default 4 MiB; see
+    /// [`PropagateDeadline::max_body`]).
+    pub fn max_body(mut self, limit: u64) -> PropagateDeadlineLayer {
+        self.max_body = limit;
+        self
+    }
 }
 
 impl<S> Layer<S> for PropagateDeadlineLayer {
@@ -109,6 +127,8 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             dialects: self.dialects.clone(),
             metrics: self.metrics.clone(),
             retries: Arc::clone(&self.retries),
+            deadline_answers: self.deadline_answers,
+            max_body: self.max_body,
         }
     }
 }

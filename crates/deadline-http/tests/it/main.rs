@@ -2,14 +2,19 @@
 
 mod dialects;
 mod enforce;
+mod exposure;
 mod h2;
+#[cfg(feature = "axum")]
+mod handlers;
 mod http_memory;
 mod loopback_client;
 mod loopback_hedge;
 mod loopback_server;
 mod metrics;
+mod outbound_body;
 mod propagate;
 mod queue;
+mod readme;
 mod retries;
 mod server_timing;
 mod streams;

@@ -1,0 +1,238 @@
+//! The decoder: `Deadline-Trace` text to a [`Trace`], keeping the valid prefix.
+
+use http::HeaderValue;
+
+use super::token::is_tchar;
+use super::{MAX_DECODE_LEN, MAX_DEPTH, MAX_DIGITS, MAX_MS, MAX_NAME_LEN, MAX_OUTCOME_LEN};
+use super::{MAX_SPANS, Span, Trace};
+use crate::header::trim;
+
+impl Trace {
+    /// Decodes a `Deadline-Trace` value. Never fails and never panics: the result is the valid
+    /// prefix of the input.
+    ///
+    /// Spaces and tabs around the whole value are ignored. Elements are read in order; at the
+    /// first malformed one (a character outside the grammar, a name or outcome too long, more
+    /// than ten digits, `end < start`, a root that is not at depth 0, a span more than one level
+    /// deeper than the one before it, an empty element, `+N` anywhere but last) decoding stops
+    /// and the spans read so far are returned. `dropped` is the `+N` if one was read, plus any
+    /// valid spans beyond [`MAX_SPANS`] (these are counted, not stored), saturating at
+    /// [`MAX_MS`]. Only the first 64 KiB of the input are looked at (cut back to the last comma
+    /// in them, so no element is read half).
+    ///
+    /// ```
+    /// # use deadline_core::trace::{Span, Trace};
+    /// let trace = Trace::decode(b"orders@0-30=ok,.work@2-29,.b@d-0,.more@3-4");
+    /// assert_eq!(
+    ///     trace,
+    ///     Trace::from_span(Span::new("orders", 0, 30).with_outcome("ok").with_child(Span::new("work", 2, 29)))
+    /// );
+    /// assert_eq!(Trace::decode(b"\xff@@@,,,"), Trace::new());
+    /// ```
+    pub fn decode(input: &[u8]) -> Trace {
+        let mut trace = Trace::new();
+        let mut scan = Scan::new(input);
+        let mut stored = 0usize;
+        let mut extra = 0u64;
+        for element in &mut scan {
+            if stored < MAX_SPANS {
+                if !attach(&mut trace.spans, element.depth, element.to_span()) {
+                    break;
+                }
+                stored += 1;
+            } else {
+                extra = extra.saturating_add(1);
+            }
+        }
+        trace.dropped = extra.saturating_add(scan.plus()).min(MAX_MS);
+        trace
+    }
+
+    /// [`decode`](Trace::decode)s a header value.
+    pub fn from_header_value(value: &HeaderValue) -> Trace {
+        Trace::decode(value.as_bytes())
+    }
+}
+
+/// Splits `bytes` after its longest prefix of bytes that satisfy `pred`.
+fn split_run(bytes: &[u8], pred: impl Fn(u8) -> bool) -> (&[u8], &[u8]) {
+    let n = bytes.iter().position(|&b| !pred(b)).unwrap_or(bytes.len());
+    bytes.split_at(n)
+}
+
+/// `1*10DIGIT`, so the value always fits (it is at most [`MAX_MS`]).
+fn parse_number(digits: &[u8]) -> Option<u64> {
+    if !(1..=MAX_DIGITS).contains(&digits.len()) {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
+/// `1*max_len tchar`, given a run of tchar.
+fn token_len_ok(token: &[u8], max_len: usize) -> bool {
+    (1..=max_len).contains(&token.len())
+}
+
+/// The comma-separated elements of a value.
+type Elements<'a> = std::slice::Split<'a, u8, fn(&u8) -> bool>;
+
+/// One valid `span` element, borrowed from the text it was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Element<'a> {
+    /// Its nesting level (its dots).
+    pub(crate) depth: usize,
+    pub(crate) name: &'a str,
+    pub(crate) start_ms: u64,
+    pub(crate) end_ms: u64,
+    pub(crate) outcome: Option<&'a str>,
+}
+
+impl Element<'_> {
+    /// The element as a [`Span`] with no children: the one place decoding allocates.
+    fn to_span(self) -> Span {
+        Span {
+            name: self.name.to_owned(),
+            start_ms: self.start_ms,
+            end_ms: self.end_ms,
+            outcome: self.outcome.map(str::to_owned),
+            children: Vec::new(),
+        }
+    }
+}
+
+/// The valid elements of a `Deadline-Trace` value, in order, without allocating: the reading
+/// rules of [`Trace::decode`] in one place, for the decoder and for splicing a callee's trace
+/// as text.
+///
+/// It stops at the first malformed element; a `+N` read as the last element is kept for
+/// [`plus`](Scan::plus).
+pub(crate) struct Scan<'a> {
+    elements: std::iter::Peekable<Elements<'a>>,
+    previous_depth: Option<usize>,
+    plus: u64,
+    done: bool,
+}
+
+impl<'a> Scan<'a> {
+    /// Scans `input`: its first 64 KiB (cut back to the last comma in them, so no element is
+    /// read half), without the spaces and tabs around it.
+    pub(crate) fn new(input: &'a [u8]) -> Scan<'a> {
+        let mut input = input;
+        if input.len() > MAX_DECODE_LEN {
+            let head = input.get(..MAX_DECODE_LEN).unwrap_or_default();
+            let cut = head.iter().rposition(|&b| b == b',').unwrap_or(0);
+            input = head.get(..cut).unwrap_or_default();
+        }
+        let input = trim(input);
+        let comma: fn(&u8) -> bool = |&b| b == b',';
+        Scan {
+            elements: input.split(comma).peekable(),
+            previous_depth: None,
+            plus: 0,
+            done: input.is_empty(),
+        }
+    }
+
+    /// The `+N` the value ended with (0 without one), once the scan is over.
+    pub(crate) fn plus(&self) -> u64 {
+        self.plus
+    }
+}
+
+impl<'a> Iterator for Scan<'a> {
+    type Item = Element<'a>;
+
+    fn next(&mut self) -> Option<Element<'a>> {
+        if self.done {
+            return None;
+        }
+        let element = self.next_element();
+        self.done = element.is_none();
+        element
+    }
+}
+
+impl<'a> Scan<'a> {
+    fn next_element(&mut self) -> Option<Element<'a>> {
+        let element = self.elements.next()?;
+        if let Some(digits) = element.strip_prefix(b"+") {
+            // `+N` must be the last element.
+            if self.elements.peek().is_none() {
+                self.plus = parse_number(digits).unwrap_or(0);
+            }
+            return None;
+        }
+        let element = parse_span(element)?;
+        let fits = match self.previous_depth {
+            None => element.depth == 0,
+            Some(previous) => element.depth <= previous + 1,
+        };
+        if !fits {
+            return None;
+        }
+        self.previous_depth = Some(element.depth);
+        Some(element)
+    }
+}
+
+/// One `span` element. Each part is taken as the longest run of the bytes it may hold, so an
+/// element is read in one pass.
+fn parse_span(element: &[u8]) -> Option<Element<'_>> {
+    let (dots, rest) = split_run(element, |b| b == b'.');
+    let depth = dots.len();
+    if depth >= MAX_DEPTH {
+        return None;
+    }
+    let (name, rest) = split_run(rest, is_tchar);
+    let rest = rest.strip_prefix(b"@")?;
+    let (start, rest) = split_run(rest, |b| b.is_ascii_digit());
+    let rest = rest.strip_prefix(b"-")?;
+    let (end, rest) = split_run(rest, |b| b.is_ascii_digit());
+    let outcome = match rest {
+        [] => None,
+        [b'=', outcome @ ..] => Some(outcome),
+        _ => return None,
+    };
+    let (start_ms, end_ms) = (parse_number(start)?, parse_number(end)?);
+    if end_ms < start_ms || !token_len_ok(name, MAX_NAME_LEN) {
+        return None;
+    }
+    if let Some(outcome) = outcome {
+        if !token_len_ok(outcome, MAX_OUTCOME_LEN) || !outcome.iter().all(|&b| is_tchar(b)) {
+            return None;
+        }
+    }
+    Some(Element {
+        depth,
+        // Runs of tchar are ASCII, so these never fail.
+        name: std::str::from_utf8(name).ok()?,
+        start_ms,
+        end_ms,
+        outcome: match outcome {
+            Some(outcome) => Some(std::str::from_utf8(outcome).ok()?),
+            None => None,
+        },
+    })
+}
+
+/// Attaches `span` as the last child of the last span one level up (a root at depth 0). Returns
+/// false if there is no such parent, which the depth checks in `decode` already rule out.
+fn attach(roots: &mut Vec<Span>, depth: usize, span: Span) -> bool {
+    if depth == 0 {
+        roots.push(span);
+        return true;
+    }
+    let Some(mut parent) = roots.last_mut() else {
+        return false;
+    };
+    for _ in 1..depth {
+        let Some(child) = parent.children.last_mut() else {
+            return false;
+        };
+        parent = child;
+    }
+    parent.children.push(span);
+    true
+}

@@ -1,0 +1,267 @@
+//! A hop's own trace: the root span named after the hop and the spans under it that the server
+//! side records for every request (`queue`, `work`), encoded with the spans of the calls it made.
+//!
+//! Every answer a server gives carries this trace, so it is encoded once per request. The common
+//! case, a hop that called nobody, is written straight into a buffer on the stack by the same
+//! element writer [`Trace::encode`] uses, then copied once into the header value: no spans, no
+//! strings, no vectors. With calls, the spans go through [`Trace::encode`] and its caps.
+
+use http::HeaderValue;
+
+use super::encode::{Caps, Fields, Visit, walk_recorded, write_element};
+use super::name::{QUEUE, WORK};
+use super::outcome::{DEADLINE, SHED};
+use super::{MAX_ENCODED_LEN, Recorded, Span, Trace};
+use crate::decimal::StackBuf;
+
+/// A hop's own spans for one request: a root named after the hop from its arrival (0) to the
+/// answer (`end_ms`), ending with the answer's status, and under it what [`HopWork`] says.
+///
+/// ```
+/// use deadline_core::trace::{HopTrace, HopWork, Recorded, Span};
+///
+/// let hop = HopTrace {
+///     name: "inventory",
+///     end_ms: 590,
+///     status: "504",
+///     work: HopWork::Worked { start_ms: 0, end_ms: 590, outcome: "deadline" },
+/// };
+/// assert_eq!(hop.to_header_value(&[], 0), "inventory@0-590=504,.queue@0-0,.work@0-590=deadline");
+/// let call = Recorded::Span(Span::new("call:orders", 2, 580).with_outcome("504"));
+/// assert_eq!(
+///     hop.to_header_value(&[call], 1),
+///     "inventory@0-590=504,.queue@0-0,.work@0-590=deadline,.call:orders@2-580=504,+1"
+/// );
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HopTrace<'a> {
+    /// The hop's name (sanitised on the way out if it is not a token).
+    pub name: &'a str,
+    /// When the answer was given, in ms since the request arrived.
+    pub end_ms: u64,
+    /// The answer's status code, e.g. `200` or `504`.
+    pub status: &'a str,
+    /// What the request did at the hop before the answer.
+    pub work: HopWork<'a>,
+}
+
+/// What a request did at a hop: the spans under its root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HopWork<'a> {
+    /// Nothing: answered on arrival (a 400, or a 504 for a budget already spent), or by the
+    /// server itself as it shut down. No spans under the root.
+    None,
+    /// Left the queue (or got a slot too late) without working: a `queue` span from arrival to
+    /// `queued_ms`, outcome `deadline`.
+    GaveUp {
+        /// When it stopped waiting, in ms since arrival.
+        queued_ms: u64,
+    },
+    /// Refused by admission control at `queued_ms` (0 when refused on arrival) without working:
+    /// a `queue` span from arrival to `queued_ms`, outcome `shed`.
+    Shed {
+        /// When it was refused, in ms since arrival.
+        queued_ms: u64,
+    },
+    /// Worked from `start_ms` to `end_ms`: a `queue` span from arrival to `start_ms`, then a
+    /// `work` span ending with `outcome`.
+    Worked {
+        /// When the work started, in ms since arrival.
+        start_ms: u64,
+        /// When the work ended (or was dropped), in ms since arrival.
+        end_ms: u64,
+        /// How the work ended: `ok`, `deadline` or `error`.
+        outcome: &'a str,
+    },
+}
+
+impl HopTrace<'_> {
+    /// The hop's `Deadline-Trace` value: its own spans, then what it `recorded` (nested under
+    /// the root after `queue` and `work`), and `dropped` spans counted as not kept. Exactly
+    /// what [`Trace::encode`] makes of [`to_trace`](Self::to_trace); the callees' traces in
+    /// `recorded` are written from their text, not decoded.
+    pub fn to_header_value(&self, recorded: &[Recorded], dropped: u64) -> HeaderValue {
+        if recorded.is_empty() && dropped == 0 {
+            // At most three spans of at most 63 bytes, two dots and two commas: 193 bytes.
+            let mut out = StackBuf::<256>::new();
+            self.write_own(&mut out);
+            if let Some(value) = out.as_bytes().and_then(|b| HeaderValue::from_bytes(b).ok()) {
+                return value;
+            }
+        }
+        let walk = |visit: &mut dyn Visit| {
+            self.walk_own(visit);
+            for entry in recorded {
+                walk_recorded(entry, 1, visit);
+            }
+        };
+        // Written on the stack (the bound is exact, so it always fits) and copied once into
+        // the header value: one allocation for the whole trace.
+        let mut out = StackBuf::<MAX_ENCODED_LEN>::new();
+        Caps::count(&walk, dropped).write(&mut out, &walk);
+        match out.as_bytes().and_then(|b| HeaderValue::from_bytes(b).ok()) {
+            Some(value) => value,
+            None => self.to_trace(recorded.to_vec(), dropped).to_header_value(),
+        }
+    }
+
+    /// The hop's trace as values: the root with its own spans and then what it `recorded`
+    /// under it (the callees' traces decoded).
+    pub fn to_trace(&self, recorded: Vec<Recorded>, dropped: u64) -> Trace {
+        let mut root = Span::new(self.name, 0, self.end_ms).with_outcome(self.status);
+        match self.work {
+            HopWork::None => {}
+            HopWork::GaveUp { queued_ms } => {
+                root.push(Span::new(QUEUE, 0, queued_ms).with_outcome(DEADLINE));
+            }
+            HopWork::Shed { queued_ms } => {
+                root.push(Span::new(QUEUE, 0, queued_ms).with_outcome(SHED));
+            }
+            HopWork::Worked {
+                start_ms,
+                end_ms,
+                outcome,
+            } => {
+                root.push(Span::new(QUEUE, 0, start_ms));
+                root.push(Span::new(WORK, start_ms, end_ms).with_outcome(outcome));
+            }
+        }
+        let mut dropped = dropped;
+        for entry in recorded {
+            let (span, callees_dropped) = entry.into_span();
+            root.push(span);
+            dropped = dropped.saturating_add(callees_dropped);
+        }
+        let mut trace = Trace::from_span(root);
+        trace.dropped = dropped;
+        trace
+    }
+
+    /// The hop's own spans, for the encoder.
+    fn walk_own(&self, visit: &mut dyn Visit) {
+        let field = |name, start_ms, end_ms, outcome| Fields {
+            name,
+            start_ms,
+            end_ms,
+            outcome,
+        };
+        visit.element(0, field(self.name, 0, self.end_ms, Some(self.status)));
+        match self.work {
+            HopWork::None => {}
+            HopWork::GaveUp { queued_ms } => {
+                visit.element(1, field(QUEUE, 0, queued_ms, Some(DEADLINE)));
+            }
+            HopWork::Shed { queued_ms } => {
+                visit.element(1, field(QUEUE, 0, queued_ms, Some(SHED)));
+            }
+            HopWork::Worked {
+                start_ms,
+                end_ms,
+                outcome,
+            } => {
+                visit.element(1, field(QUEUE, 0, start_ms, None));
+                visit.element(1, field(WORK, start_ms, end_ms, Some(outcome)));
+            }
+        }
+    }
+
+    /// The hop's own spans, in the order and shape [`Trace::encode`] writes them.
+    fn write_own(&self, out: &mut StackBuf<256>) {
+        write_element(out, 0, self.name, 0, self.end_ms, Some(self.status));
+        match self.work {
+            HopWork::None => {}
+            HopWork::GaveUp { queued_ms } => {
+                write_element(out, 1, QUEUE, 0, queued_ms, Some(DEADLINE));
+            }
+            HopWork::Shed { queued_ms } => {
+                write_element(out, 1, QUEUE, 0, queued_ms, Some(SHED));
+            }
+            HopWork::Worked {
+                start_ms,
+                end_ms,
+                outcome,
+            } => {
+                write_element(out, 1, QUEUE, 0, start_ms, None);
+                write_element(out, 1, WORK, start_ms, end_ms, Some(outcome));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{MAX_NAME_LEN, sanitize_name};
+    use super::*;
+
+    #[test]
+    fn the_stack_path_matches_the_codec() {
+        let long = sanitize_name(&"n".repeat(100), MAX_NAME_LEN);
+        let names = ["inventory", long.as_str(), "not a token, é"];
+        let works = [
+            HopWork::None,
+            HopWork::GaveUp { queued_ms: 290 },
+            HopWork::Shed { queued_ms: 0 },
+            HopWork::Shed { queued_ms: 40 },
+            HopWork::GaveUp {
+                queued_ms: u64::MAX,
+            },
+            HopWork::Worked {
+                start_ms: 3,
+                end_ms: 590,
+                outcome: "deadline",
+            },
+            HopWork::Worked {
+                start_ms: 7,
+                end_ms: 2,
+                outcome: "ok",
+            },
+            HopWork::Worked {
+                start_ms: 0,
+                end_ms: 99_999_999_999,
+                outcome: "an outcome longer than the cap",
+            },
+        ];
+        for name in names {
+            for end_ms in [590, u64::MAX] {
+                for work in works {
+                    let hop = HopTrace {
+                        name,
+                        end_ms,
+                        status: "504",
+                        work,
+                    };
+                    let mut out = StackBuf::<256>::new();
+                    hop.write_own(&mut out);
+                    let codec = hop.to_trace(Vec::new(), 0).encode();
+                    assert_eq!(out.as_bytes(), Some(codec.as_bytes()), "{hop:?}");
+                    assert_eq!(hop.to_header_value(&[], 0), codec.as_str());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn calls_and_dropped_go_through_the_codec() {
+        let hop = HopTrace {
+            name: "orders",
+            end_ms: 40,
+            status: "200",
+            work: HopWork::Worked {
+                start_ms: 1,
+                end_ms: 39,
+                outcome: "ok",
+            },
+        };
+        let calls = [Recorded::Span(
+            Span::new("call:inventory", 2, 30).with_outcome("200"),
+        )];
+        assert_eq!(
+            hop.to_header_value(&calls, 2),
+            "orders@0-40=200,.queue@0-1,.work@1-39=ok,.call:inventory@2-30=200,+2"
+        );
+        assert_eq!(
+            hop.to_header_value(&[], 3),
+            "orders@0-40=200,.queue@0-1,.work@1-39=ok,+3"
+        );
+    }
+}

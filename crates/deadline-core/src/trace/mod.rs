@@ -1,0 +1,322 @@
+//! The `Deadline-Trace` response header: what each hop did with its budget.
+//!
+//! Every hop answers with a [`Trace`] of its own spans in the [`TRACE_HEADER`] response header,
+//! with times in whole milliseconds relative to the moment *that hop* received the request. A
+//! caller that gets a callee's trace back shifts it by the time it sent that attempt
+//! ([`Trace::shift`]) and nests it under the attempt's span, so the edge ends up with the whole
+//! tree without any clock synchronisation between hosts. A 504 carries the trace too, which is how
+//! the edge learns which hop ran out of time and what it was doing.
+//!
+//! This module holds the value types and the codec only: it does no I/O and reads no clock.
+//!
+//! # Grammar
+//!
+//! ```abnf
+//! trace    = element *( "," element )
+//! element  = span / dropped        ; `dropped` may only be the last element
+//! span     = depth name "@" start "-" end [ "=" outcome ]
+//! depth    = *15"."                ; nesting level; 0 for a root;
+//!                                  ; at most one deeper than the previous span
+//! name     = 1*24tchar
+//! outcome  = 1*16tchar
+//! tchar    = ALPHA / DIGIT / "_" / "-" / ":"
+//! start    = 1*10DIGIT             ; ms since this hop received the request
+//! end      = 1*10DIGIT             ; end >= start
+//! dropped  = "+" 1*10DIGIT         ; spans not kept
+//! ```
+//!
+//! The first span is a root (no dots). Spans are written in pre-order (a parent before its
+//! children), and a span's dot count is its nesting level, so the span's parent is the nearest
+//! earlier span one level up. An empty trace is the empty string; a trace whose spans were all
+//! dropped is just `+N`.
+//!
+//! ## Worked example
+//!
+//! ```text
+//! gateway@0-1873=504,.call:orders@0-1872=504,..attempt@0-1823=504,...orders@1-1822=504,....work@1-21,.queue@0-0,+3
+//! ```
+//!
+//! reads as: a root span `gateway` from 0 to 1873 ms that ended in a 504; under it a
+//! `call:orders` span (level 1) holding one `attempt` (level 2), which holds the callee's own root
+//! span `orders` (level 3, already shifted onto the gateway's clock) with its `work` (level 4);
+//! then, back at level 1, a `queue` span that took no time; and three more spans that did not fit.
+//! [`Trace`]'s [`Display`](std::fmt::Display) renders it as:
+//!
+//! ```
+//! # use deadline_core::trace::Trace;
+//! let header = "gateway@0-1873=504,.call:orders@0-1872=504,..attempt@0-1823=504,\
+//!               ...orders@1-1822=504,....work@1-21,.queue@0-0,+3";
+//! let trace = Trace::decode(header.as_bytes());
+//! assert_eq!(trace.span_count(), 6);
+//! assert_eq!(trace.dropped, 3);
+//! assert_eq!(trace.encode(), header);
+//! assert_eq!(
+//!     trace.to_string(),
+//!     "\
+//! gateway  0–1873 ms (1873 ms)  504
+//! ├─ call:orders  0–1872 ms (1872 ms)  504
+//! │  └─ attempt  0–1823 ms (1823 ms)  504
+//! │     └─ orders  1–1822 ms (1821 ms)  504
+//! │        └─ work  1–21 ms (20 ms)
+//! └─ queue  0–0 ms (0 ms)
+//! … and 3 more spans
+//! "
+//! );
+//! ```
+//!
+//! ## A three-hop chain
+//!
+//! The gateway calls orders, which calls inventory. Inventory runs out of budget and answers 504
+//! with its own trace, on its own clock:
+//!
+//! ```
+//! use deadline_core::trace::{Span, Trace};
+//!
+//! let inventory = Trace::from_span(
+//!     Span::new("inventory", 0, 941)
+//!         .with_outcome("504")
+//!         .with_child(Span::new("work", 0, 940).with_outcome("deadline")),
+//! );
+//! let header = inventory.to_header_value();
+//! assert_eq!(header, "inventory@0-941=504,.work@0-940=deadline");
+//!
+//! // Orders worked 20 ms, sent its only attempt at 21 ms on its clock and got the 504 at
+//! // 963 ms. It moves inventory's spans onto its own clock and nests them under the attempt;
+//! // spans inventory could not report stay counted.
+//! fn nest(attempt: &mut Span, sent_at_ms: u64, mut callee: Trace, dropped: &mut u64) {
+//!     callee.shift(sent_at_ms);
+//!     for span in callee.spans {
+//!         attempt.push(span);
+//!     }
+//!     *dropped = dropped.saturating_add(callee.dropped);
+//! }
+//! let mut attempt = Span::new("attempt", 21, 963).with_outcome("504");
+//! let mut orders = Trace::new();
+//! nest(&mut attempt, 21, Trace::from_header_value(&header), &mut orders.dropped);
+//! orders.spans.push(
+//!     Span::new("orders", 0, 964)
+//!         .with_outcome("504")
+//!         .with_child(Span::new("work", 0, 20).with_outcome("ok"))
+//!         .with_child(Span::new("call:inventory", 21, 963).with_outcome("504").with_child(attempt)),
+//! );
+//! let header = orders.to_header_value();
+//! assert_eq!(
+//!     header,
+//!     "orders@0-964=504,.work@0-20=ok,.call:inventory@21-963=504,..attempt@21-963=504,\
+//!      ...inventory@21-962=504,....work@21-961=deadline"
+//! );
+//!
+//! // The gateway sent its attempt to orders 1 ms after it received the user's request.
+//! let mut attempt = Span::new("attempt", 1, 966).with_outcome("504");
+//! let mut gateway = Trace::new();
+//! nest(&mut attempt, 1, Trace::from_header_value(&header), &mut gateway.dropped);
+//! gateway.spans.push(
+//!     Span::new("gateway", 0, 967)
+//!         .with_outcome("504")
+//!         .with_child(Span::new("call:orders", 1, 966).with_outcome("504").with_child(attempt)),
+//! );
+//! assert_eq!(
+//!     gateway.encode(),
+//!     "gateway@0-967=504,.call:orders@1-966=504,..attempt@1-966=504,...orders@1-965=504,\
+//!      ....work@1-21=ok,....call:inventory@22-964=504,.....attempt@22-964=504,\
+//!      ......inventory@22-963=504,.......work@22-962=deadline"
+//! );
+//! ```
+//!
+//! # Why the grammar is shaped this way
+//!
+//! - **Pre-order with depth dots, not brackets.** The encoder writes each span as it walks the
+//!   tree and the decoder attaches each span as it reads it (its parent is the last span one level
+//!   up), so neither needs to look ahead or keep more than the current path. There are no brackets
+//!   to balance, so there is no way to be "unclosed".
+//! - **Every valid prefix is still a tree.** A span can only be one level deeper than the one
+//!   before it, so cutting the list after any element leaves every kept span with its parent.
+//!   The decoder relies on this: at the first malformed element it stops and returns what it has
+//!   (see [`Trace::decode`]), which is a well-formed trace rather than an error.
+//! - **Tokens only.** Names and outcomes are restricted to `tchar` (letters, digits, `_`, `-`,
+//!   `:`), and the separators `.` `@` `-` `=` `,` `+` are all plain ASCII, so the encoded form is
+//!   always a valid header value, needs no quoting or escaping, and is safe to print in a terminal
+//!   or a log line. Arbitrary text is made to fit by [`sanitize_name`].
+//! - **Whole milliseconds, relative to the hop.** Relative times need no clock agreement between
+//!   hosts and shifting a subtree is one addition; at most ten digits each keeps every number in a
+//!   `u64` with no overflow checks (times saturate at [`MAX_MS`], about 115 days).
+//! - **A comma-separated list.** If an intermediary folds two `Deadline-Trace` fields into one
+//!   (`a, b`), the space after the comma makes the second element malformed, so the result is the
+//!   first field's trace, not a mixture.
+//!
+//! # Bounds
+//!
+//! [`Trace::encode`] keeps at most [`MAX_SPANS`] spans, at most [`MAX_DEPTH`] levels deep. When a
+//! trace is larger it keeps the first `MAX_SPANS` spans in breadth-first order (level by level,
+//! left to right, across all roots) and adds the rest to the `+N` count. Breadth-first keeps what
+//! matters most when the tree is pruned: the roots, which hop answered and with what outcome,
+//! and the attempts, rather than the leaves of the first subtree; and a span is only ever kept
+//! together with all of its ancestors.
+//!
+//! The encoded value is never longer than [`MAX_ENCODED_LEN`] (4,947) bytes:
+//!
+//! | part | bytes |
+//! |---|---|
+//! | one span without its dots: name 24 + `@` + start 10 + `-` + end 10 + `=` + outcome 16 | 63 |
+//! | 64 spans | 64 × 63 = 4,032 |
+//! | dots: at most 0, 1, …, 15 for the first 16 spans (one deeper each time), then 15 each for the other 48 | 120 + 720 = 840 |
+//! | commas between the 64 spans | 63 |
+//! | `,+` and a 10-digit dropped count | 12 |
+//! | **total** | **4,947** |
+//!
+//! The bound is reached (a chain 16 deep with 48 more spans at the deepest level, all names and
+//! outcomes at full length, all times at `MAX_MS`, and a dropped count of at least `MAX_MS`), so
+//! it cannot be lowered without lowering a cap. Real traces are far smaller: the three-hop chain
+//! above is 206 bytes, and a 64-span trace of a gateway trying orders three times, each trying
+//! inventory three times, is about 1.5 KiB. Proxies that cap response headers at one memory page
+//! (4 KiB, e.g. nginx's default `proxy_buffer_size` on some platforms) can still reject the worst
+//! case, so keep span names short.
+//!
+//! [`Trace::decode`] never reads more than 64 KiB of its input, stores at most `MAX_SPANS` spans
+//! (later valid spans are only counted), and never panics: hostile input decodes to an empty trace
+//! or to its valid prefix.
+
+mod decode;
+mod display;
+mod encode;
+mod hop;
+pub mod hops;
+mod model;
+mod record;
+mod token;
+
+#[cfg(test)]
+mod props;
+#[cfg(test)]
+mod tests;
+
+use http::HeaderName;
+
+pub use hop::{HopTrace, HopWork};
+pub use model::{Span, Trace};
+pub use record::{AttemptSpan, Attempts, CallSpan, EncodedTrace, Outcome, Recorded};
+pub use token::sanitize_name;
+
+/// The names of the spans the layers record, defined once here and used by every crate that
+/// writes or reads them.
+pub mod name {
+    /// Time a request waited for a worker slot at a hop.
+    pub const QUEUE: &str = "queue";
+    /// The hop's own work (its handler).
+    pub const WORK: &str = "work";
+    /// One attempt of an outbound call.
+    pub const ATTEMPT: &str = "attempt";
+    /// What an outbound call's span name starts with; the downstream's name follows
+    /// (`call:orders`). See [`call`].
+    pub const CALL_PREFIX: &str = "call:";
+    /// One database statement run for the request (the `deadline-postgres` crate).
+    pub const QUERY: &str = "query";
+    /// Time a request waited for a pooled database connection.
+    pub const POOL: &str = "pool";
+
+    /// The span name of a call to `target`: `call:<target>` as a token of at most
+    /// [`MAX_NAME_LEN`](super::MAX_NAME_LEN) bytes, as [`Span::new`](super::Span::new) would make
+    /// it.
+    ///
+    /// ```
+    /// assert_eq!(deadline_core::trace::name::call("orders"), "call:orders");
+    /// assert_eq!(deadline_core::trace::name::call("crème"), "call:cr_me");
+    /// ```
+    pub fn call(target: &str) -> String {
+        let mut name = String::with_capacity(CALL_PREFIX.len() + target.len());
+        name.push_str(CALL_PREFIX);
+        name.push_str(target);
+        super::token::into_token(name, super::MAX_NAME_LEN)
+    }
+
+    /// Whether `name` is the span of an outbound call (`call:<target>`).
+    pub fn is_call(name: &str) -> bool {
+        name.starts_with(CALL_PREFIX)
+    }
+}
+
+/// The outcomes the layers give their spans (besides status codes such as `200` or `504`),
+/// defined once here and used by every crate that writes or reads them.
+pub mod outcome {
+    /// The work finished (any status but a 5xx).
+    pub const OK: &str = "ok";
+    /// Time ran out: the work was cut at the cutoff, a queue wait gave up, or a call ran out of
+    /// its caller's deadline.
+    pub const DEADLINE: &str = "deadline";
+    /// The planner refused an attempt (or a whole call) for lack of time.
+    pub const SKIPPED: &str = "skipped";
+    /// An attempt (or a call) used its full per-attempt timeout.
+    pub const TIMEOUT: &str = "timeout";
+    /// The inner service failed, or the work answered with a 5xx other than 504.
+    pub const ERROR: &str = "error";
+    /// The call's future was dropped while the attempt was in flight.
+    pub const CANCELLED: &str = "cancelled";
+    /// The request could not be built; nothing was sent.
+    pub const INVALID: &str = "invalid";
+    /// The caller went away before the answer was ready.
+    pub const HUNG_UP: &str = "hung-up";
+    /// Refused by admission control: the request could not have finished in time.
+    pub const SHED: &str = "shed";
+    /// A retry was not sent: the retry budget shared by calls to the target refused it.
+    pub const THROTTLED: &str = "throttled";
+    /// A retry was not sent: too little time once its backoff delay is slept.
+    pub const SKIPPED_BACKOFF: &str = "skipped-backoff";
+    /// A retry was not sent: the callee's pushback asked for a longer wait than was left.
+    pub const SKIPPED_PUSHBACK: &str = "skipped-pushback";
+    /// A retry was not sent: the callee answered 504 and the retry would get much less time.
+    pub const SKIPPED_504: &str = "skipped-504";
+    /// A retry was not sent: the callee said not to retry.
+    pub const NO_RETRY: &str = "no-retry";
+    /// A hedged attempt lost the race: another attempt answered first, so it was cancelled.
+    pub const LOST: &str = "lost";
+    /// A database statement was not sent: too little time was left for it to be useful.
+    pub const NOT_SENT: &str = "not-sent";
+}
+
+/// The `Deadline-Trace` response header name.
+pub const TRACE_HEADER: HeaderName = HeaderName::from_static("deadline-trace");
+
+/// Spans kept in an encoded trace; the rest are counted in [`Trace::dropped`].
+pub const MAX_SPANS: usize = 64;
+
+/// Nesting levels kept in an encoded trace (roots are level 0, the deepest kept level is
+/// `MAX_DEPTH - 1`); deeper spans are dropped and counted.
+pub const MAX_DEPTH: usize = 16;
+
+/// Bytes of a span name after sanitising.
+pub const MAX_NAME_LEN: usize = 24;
+
+/// Bytes of a span outcome after sanitising.
+pub const MAX_OUTCOME_LEN: usize = 16;
+
+/// Times (and the dropped count) saturate at this value when encoded: the largest ten-digit
+/// number, a little over 115 days in milliseconds.
+pub const MAX_MS: u64 = 9_999_999_999;
+
+/// Digits in [`MAX_MS`], the most a number on the wire may have.
+pub(crate) const MAX_DIGITS: usize = 10;
+
+/// The longest possible output of [`Trace::encode`], in bytes (4,947).
+///
+/// Computed as `MAX_SPANS` spans of at most 63 bytes each without their depth dots
+/// (`MAX_NAME_LEN` + `@` + 10 digits + `-` + 10 digits + `=` + `MAX_OUTCOME_LEN`), plus the most
+/// dots a pre-order sequence can hold (0, 1, …, `MAX_DEPTH - 1` for the first `MAX_DEPTH` spans,
+/// then `MAX_DEPTH - 1` for every other span), plus `MAX_SPANS - 1` commas, plus `,+` and a
+/// ten-digit dropped count. See the [module docs](self#bounds) for the table.
+pub const MAX_ENCODED_LEN: usize = {
+    let span = MAX_NAME_LEN + 1 + MAX_DIGITS + 1 + MAX_DIGITS + 1 + MAX_OUTCOME_LEN;
+    let chain = if MAX_SPANS < MAX_DEPTH {
+        MAX_SPANS
+    } else {
+        MAX_DEPTH
+    };
+    let dots = chain * (chain - 1) / 2 + (MAX_SPANS - chain) * (chain - 1);
+    let commas = MAX_SPANS - 1;
+    let dropped = 2 + MAX_DIGITS;
+    MAX_SPANS * span + dots + commas + dropped
+};
+
+/// Input beyond this many bytes is ignored by [`Trace::decode`]. A well-formed trace is at most
+/// [`MAX_ENCODED_LEN`] bytes, so anything longer is hostile or broken; reading it to the end
+/// would only cost time.
+pub(crate) const MAX_DECODE_LEN: usize = 64 * 1024;

@@ -1,0 +1,148 @@
+//! The trace's value types: [`Span`] and [`Trace`].
+
+use super::token::into_token;
+use super::{MAX_DEPTH, MAX_NAME_LEN, MAX_OUTCOME_LEN};
+
+/// One timed piece of work at a hop, with the spans nested inside it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Span {
+    /// What the work was, e.g. `gateway`, `queue`, `call:orders`, `attempt`. Kept sanitised to
+    /// `tchar` (see [`sanitize_name`](super::sanitize_name)) by every constructor; [`Trace::encode`] sanitises again in
+    /// case the field was set directly.
+    pub name: String,
+    /// Start, in ms since this hop received the request.
+    pub start_ms: u64,
+    /// End, in ms since this hop received the request; never before `start_ms`.
+    pub end_ms: u64,
+    /// How it ended, sanitised like `name`, e.g. `ok`, `504`, `deadline`, `skipped`, `hung-up`.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub outcome: Option<String>,
+    /// Spans nested inside this one, in order.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub children: Vec<Span>,
+}
+
+impl Span {
+    /// A span called `name` (sanitised to [`MAX_NAME_LEN`] bytes) from `start_ms` to `end_ms`.
+    /// An `end_ms` before `start_ms` is taken as `start_ms`.
+    ///
+    /// ```
+    /// # use deadline_core::trace::Span;
+    /// let span = Span::new("call orders", 30, 10);
+    /// assert_eq!((span.name.as_str(), span.start_ms, span.end_ms), ("call_orders", 30, 30));
+    /// ```
+    ///
+    /// `name` is taken as it is when it is already a token (the names the layers record nearly
+    /// always are): a `String` is moved in, not rebuilt.
+    pub fn new(name: impl Into<String>, start_ms: u64, end_ms: u64) -> Span {
+        Span {
+            name: into_token(name.into(), MAX_NAME_LEN),
+            start_ms,
+            end_ms: end_ms.max(start_ms),
+            outcome: None,
+            children: Vec::new(),
+        }
+    }
+
+    /// Sets the outcome, sanitised to [`MAX_OUTCOME_LEN`] bytes (taken as it is when it is
+    /// already a token, as [`new`](Span::new) takes the name).
+    pub fn with_outcome(mut self, outcome: impl Into<String>) -> Span {
+        self.outcome = Some(into_token(outcome.into(), MAX_OUTCOME_LEN));
+        self
+    }
+
+    /// Appends `child` to this span's children.
+    pub fn with_child(mut self, child: Span) -> Span {
+        self.children.push(child);
+        self
+    }
+
+    /// Appends `child` to this span's children, in place (for building a span in a loop, or
+    /// nesting a callee's shifted spans under an attempt).
+    pub fn push(&mut self, child: Span) {
+        self.children.push(child);
+    }
+
+    /// Adds `offset_ms` to the start and end of this span and all its descendants, saturating at
+    /// `u64::MAX` (encoding then saturates at [`MAX_MS`](super::MAX_MS)). This is how a caller moves a callee's
+    /// spans onto its own clock: the offset is when it sent the attempt.
+    ///
+    /// Heap-free for the trees [`Trace::decode`] makes (at most [`MAX_DEPTH`] levels): it
+    /// recurses that far, and only a deeper tree built by hand goes on with an explicit stack.
+    pub fn shift(&mut self, offset_ms: u64) {
+        shift_all(std::slice::from_mut(self), offset_ms, 0);
+    }
+
+    /// The number of spans in this subtree: this span and all its descendants.
+    pub fn count(&self) -> usize {
+        let mut count = 0;
+        let mut stack = vec![self];
+        while let Some(span) = stack.pop() {
+            count += 1;
+            stack.extend(span.children.iter());
+        }
+        count
+    }
+}
+
+/// A hop's spans: a forest of root spans, plus how many spans were not kept.
+///
+/// See the [module docs](super) for the wire format.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct Trace {
+    /// The root spans, in order.
+    pub spans: Vec<Span>,
+    /// Spans that were not kept (beyond [`MAX_SPANS`](super::MAX_SPANS) or [`MAX_DEPTH`]), shown as "… and N more
+    /// spans". Additions should saturate.
+    pub dropped: u64,
+}
+
+impl Trace {
+    /// An empty trace: no spans, nothing dropped. Encodes as the empty string.
+    pub fn new() -> Trace {
+        Trace::default()
+    }
+
+    /// A trace with the single root `root`.
+    pub fn from_span(root: Span) -> Trace {
+        Trace {
+            spans: vec![root],
+            dropped: 0,
+        }
+    }
+
+    /// The number of spans held (roots and all their descendants), not counting `dropped`.
+    pub fn span_count(&self) -> usize {
+        self.spans.iter().map(Span::count).sum()
+    }
+
+    /// Adds `offset_ms` to every span, as [`Span::shift`] does.
+    pub fn shift(&mut self, offset_ms: u64) {
+        shift_all(&mut self.spans, offset_ms, 0);
+    }
+}
+
+/// Adds `offset_ms` to every span of `spans` (at nesting level `level`) and their descendants,
+/// by recursion as deep as [`MAX_DEPTH`], then with a stack on the heap for deeper subtrees.
+fn shift_all(spans: &mut [Span], offset_ms: u64, level: usize) {
+    for span in spans {
+        span.start_ms = span.start_ms.saturating_add(offset_ms);
+        span.end_ms = span.end_ms.saturating_add(offset_ms);
+        if level < MAX_DEPTH {
+            shift_all(&mut span.children, offset_ms, level + 1);
+        } else {
+            let mut stack: Vec<&mut Span> = span.children.iter_mut().collect();
+            while let Some(span) = stack.pop() {
+                span.start_ms = span.start_ms.saturating_add(offset_ms);
+                span.end_ms = span.end_ms.saturating_add(offset_ms);
+                stack.extend(span.children.iter_mut());
+            }
+        }
+    }
+}

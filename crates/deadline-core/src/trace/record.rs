@@ -1,0 +1,225 @@
+//! What a hop records for its trace while it works: spans built by hand, and outbound calls
+//! whose callees' traces stay encoded until the hop's own trace is written.
+//!
+//! # Why a callee's trace is kept as text
+//!
+//! A hop that calls another gets the callee's trace back in every answer, and sends it on, nested
+//! under the attempt, in its own trace. Decoding it into a [`Span`] tree only to encode it again
+//! costs a string per name and outcome and a vector per level, on every outbound call. An
+//! [`EncodedTrace`] instead keeps the header value (a reference count, for hyper's buffers),
+//! checked once with the decoder's own reading rules, and the encoder writes its elements
+//! straight from the text, one level deeper per nesting and shifted onto the caller's clock. The
+//! result is the same text as decoding, shifting and encoding it (a property test holds the two
+//! together); only [`CallSpan::to_span`] still decodes, for callers who want the tree.
+
+use std::sync::Arc;
+
+use http::{HeaderValue, StatusCode};
+
+use super::decode::{Element, Scan};
+use super::name::ATTEMPT;
+use super::{MAX_SPANS, Span, Trace};
+
+/// A callee's `Deadline-Trace`, kept as the text it came in, checked once.
+///
+/// Holds what [`Trace::decode`] would keep: the valid prefix, at most [`MAX_SPANS`] spans, and
+/// the count of the spans it would drop (a `+N`, and valid spans beyond the cap).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodedTrace {
+    value: HeaderValue,
+    /// Spans stored, as [`Trace::decode`] would store them: the first ones, up to `MAX_SPANS`.
+    spans: usize,
+    /// Spans [`Trace::decode`] would count as dropped.
+    dropped: u64,
+}
+
+impl EncodedTrace {
+    /// Checks `value` as [`Trace::decode`] reads it, without allocating.
+    ///
+    /// ```
+    /// use deadline_core::trace::EncodedTrace;
+    /// use http::HeaderValue;
+    ///
+    /// let callee = EncodedTrace::new(HeaderValue::from_static("inventory@0-12=200,.work@0-12=ok,+2"));
+    /// assert_eq!((callee.span_count(), callee.dropped()), (2, 2));
+    /// assert_eq!(callee.decode().encode(), "inventory@0-12=200,.work@0-12=ok,+2");
+    /// ```
+    pub fn new(value: HeaderValue) -> EncodedTrace {
+        let mut scan = Scan::new(value.as_bytes());
+        let valid = scan.by_ref().count();
+        let spans = valid.min(MAX_SPANS);
+        let extra = u64::try_from(valid - spans).unwrap_or(u64::MAX);
+        let dropped = extra.saturating_add(scan.plus()).min(super::MAX_MS);
+        EncodedTrace {
+            value,
+            spans,
+            dropped,
+        }
+    }
+
+    /// The spans kept (at most [`MAX_SPANS`]).
+    pub fn span_count(&self) -> usize {
+        self.spans
+    }
+
+    /// The spans the callee dropped or that are beyond the cap.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// The trace as values: what [`Trace::decode`] makes of the text.
+    pub fn decode(&self) -> Trace {
+        Trace::from_header_value(&self.value)
+    }
+
+    /// The kept elements, in order.
+    pub(crate) fn elements(&self) -> impl Iterator<Item = Element<'_>> {
+        Scan::new(self.value.as_bytes()).take(self.spans)
+    }
+}
+
+/// How a recorded call or attempt ended: one of the [`outcome`](super::outcome) words or a
+/// response's status code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A word such as [`outcome::TIMEOUT`](super::outcome::TIMEOUT).
+    Word(&'static str),
+    /// A response's status code, written as its three digits.
+    Status(StatusCode),
+}
+
+impl Outcome {
+    /// The outcome as it is written in the trace.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Outcome::Word(word) => word,
+            Outcome::Status(status) => status.as_str(),
+        }
+    }
+}
+
+/// One attempt of an outbound call, with the callee's trace from its answer, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptSpan {
+    /// When it was sent, in ms since the hop received its request; the callee's spans are
+    /// shifted by this much.
+    pub start_ms: u64,
+    /// When it ended, in ms since the hop received its request.
+    pub end_ms: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The callee's trace, nested under the attempt.
+    pub callee: Option<EncodedTrace>,
+}
+
+/// One outbound call: its span (`call:<target>`) and its attempts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallSpan {
+    /// The span's name, usually made once per client with [`name::call`](super::name::call).
+    pub name: Arc<str>,
+    /// When the call started, in ms since the hop received its request.
+    pub start_ms: u64,
+    /// When it ended, in ms since the hop received its request.
+    pub end_ms: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Its attempts, in order.
+    pub attempts: Attempts,
+}
+
+/// A call's attempts, in order: the first kept inline (most calls send one, so recording it
+/// allocates nothing), the others in a vector.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempts {
+    first: Option<AttemptSpan>,
+    more: Vec<AttemptSpan>,
+}
+
+impl Attempts {
+    /// No attempts.
+    pub fn new() -> Attempts {
+        Attempts::default()
+    }
+
+    /// Appends `attempt`.
+    pub fn push(&mut self, attempt: AttemptSpan) {
+        match self.first {
+            None => self.first = Some(attempt),
+            Some(_) => self.more.push(attempt),
+        }
+    }
+
+    /// The attempts, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &AttemptSpan> {
+        self.first.iter().chain(&self.more)
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+}
+
+impl FromIterator<AttemptSpan> for Attempts {
+    fn from_iter<I: IntoIterator<Item = AttemptSpan>>(iter: I) -> Attempts {
+        let mut attempts = Attempts::new();
+        for attempt in iter {
+            attempts.push(attempt);
+        }
+        attempts
+    }
+}
+
+impl CallSpan {
+    /// The call as a [`Span`] tree, the callees' traces decoded and shifted under their
+    /// attempts, and the number of spans the callees dropped.
+    pub fn to_span(&self) -> (Span, u64) {
+        let mut dropped = 0u64;
+        let mut call =
+            Span::new(&*self.name, self.start_ms, self.end_ms).with_outcome(self.outcome.as_str());
+        for attempt in self.attempts.iter() {
+            let mut span = Span::new(ATTEMPT, attempt.start_ms, attempt.end_ms)
+                .with_outcome(attempt.outcome.as_str());
+            if let Some(callee) = &attempt.callee {
+                let mut trace = callee.decode();
+                trace.shift(span.start_ms);
+                span.children = trace.spans;
+                dropped = dropped.saturating_add(trace.dropped);
+            }
+            call.push(span);
+        }
+        (call, dropped)
+    }
+}
+
+/// One entry of a hop's recording: a span built by hand, or an outbound call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// A span built by hand ([`Span`]).
+    Span(Span),
+    /// An outbound call, its callees' traces still encoded.
+    Call(CallSpan),
+}
+
+impl Recorded {
+    /// The entry as a [`Span`] tree, and the number of spans its callees dropped.
+    pub fn to_span(&self) -> (Span, u64) {
+        match self {
+            Recorded::Span(span) => (span.clone(), 0),
+            Recorded::Call(call) => call.to_span(),
+        }
+    }
+
+    /// As [`to_span`](Self::to_span), without copying a span built by hand.
+    pub fn into_span(self) -> (Span, u64) {
+        match self {
+            Recorded::Span(span) => (span, 0),
+            Recorded::Call(call) => call.to_span(),
+        }
+    }
+}
