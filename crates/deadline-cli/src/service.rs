@@ -15,8 +15,9 @@ use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
 use deadline_http::enforce::{
-    EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER, TraceExposure,
+    EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER, TraceExposure, is_usable_request_id,
 };
+use deadline_http::log_limit::LogLimit;
 use deadline_http::metrics::DeadlineMetrics;
 use deadline_http::propagate::{
     BodyError, Callee504, DEFAULT_MAX_BODY, DeadlineClient, H2_KEEP_ALIVE_INTERVAL,
@@ -52,12 +53,24 @@ pub(crate) struct ServiceArgs {
     /// Address to listen on; port 0 picks a free one (the ready line says which).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    /// Also serve the admin paths (`/metrics`, `/debug/runtime`) on this address, apart from
+    /// the public port (a second line, `admin on http://ADDR`, follows the ready line).
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Do not answer the admin paths on the public port (they are then ordinary work paths):
+    /// with --admin-listen, only the admin address shows metrics and runtime figures.
+    #[arg(long, requires = "admin_listen")]
+    pub no_public_admin: bool,
     /// Milliseconds of work per request.
     #[arg(long, default_value_t = 0)]
     pub work: u64,
     /// Worker slots: requests beyond this wait, but only as long as their budget allows.
     #[arg(long)]
     pub slots: Option<usize>,
+    /// At most this many requests wait for a worker slot: beyond it a request is refused at
+    /// once with 503 (gRPC UNAVAILABLE), with a budget or without. Needs `--slots`.
+    #[arg(long)]
+    pub max_queue: Option<usize>,
     /// Order of the worker-slot queue: `fifo` (arrival order) or `edf` (earliest deadline first,
     /// requests without a deadline last).
     #[arg(long, default_value_t = QueueOrder::Fifo)]
@@ -131,9 +144,30 @@ pub(crate) struct ServiceArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// On shutdown, how long to wait for work still in flight (baseline work whose caller left
-    /// included) before exiting anyway, with a warning, in seconds.
-    #[arg(long, default_value_t = 600)]
+    /// included) before exiting anyway, with a warning, in seconds: connections still open
+    /// then are dropped, and the whole shutdown takes at most about this long.
+    #[arg(long, default_value_t = 30)]
     pub drain_timeout: u64,
+    /// Close a connection with no request open for this long, in ms: HTTP/1.1 between requests,
+    /// HTTP/2 with no stream open (one that sent only its preface included).
+    #[arg(long, default_value_t = 60_000)]
+    pub idle_timeout: u64,
+    /// Send an HTTP/2 peer a PING after this long without a frame from it, in ms, and close its
+    /// connection if it does not answer within --keep-alive-timeout; 0 sends no PINGs.
+    #[arg(long, default_value_t = 20_000)]
+    pub keep_alive_interval: u64,
+    /// How long an HTTP/2 peer has to answer a keep-alive PING, in ms.
+    #[arg(long, default_value_t = 20_000)]
+    pub keep_alive_timeout: u64,
+    /// Drop a connection whose socket refuses every write (the peer reads nothing) for this
+    /// long, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    pub send_timeout: u64,
+    /// Connections open at once: beyond it the connection idle the longest is closed to make
+    /// room, and when none is idle new connections are refused (default: no limit but file
+    /// descriptors; running out of them drops the connection idle the longest).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// How long a client may take to send a request's headers before its connection is closed,
     /// in ms. A slow client holds only a connection (a file descriptor and a task), never a
     /// worker slot, until then.
@@ -173,6 +207,8 @@ pub(crate) struct ServiceArgs {
     /// the budget that ran out; 0 retries it whenever there is time.
     #[arg(long, default_value_t = 0.5)]
     pub retry_504_share: f64,
+    #[command(flatten)]
+    pub postgres: crate::pg::PostgresArgs,
     /// Answer with a stream after the work: COUNT chunks, one every INTERVAL_MS (a gRPC caller
     /// gets a server stream of COUNT messages, on any path). With --downstream, the
     /// downstream's stream is relayed as it arrives instead.
@@ -195,6 +231,8 @@ struct HandlerConfig {
     per_attempt: Option<PerAttempt>,
     /// Whether the downstream is called with gRPC.
     grpc_downstream: bool,
+    /// With `--postgres`: the work is a statement on this database.
+    database: Option<crate::pg::Database>,
     /// `--stream`: the answer is a stream.
     stream: Option<StreamArg>,
 }
@@ -212,6 +250,9 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     if args.admission && args.slots.is_none() {
         bail!("--admission needs --slots: without a limit no request ever waits");
     }
+    if args.max_queue.is_some() && args.slots.is_none() {
+        bail!("--max-queue needs --slots: without a limit no request ever waits");
+    }
     if args.admission_min_useful.is_some() && !args.admission {
         bail!("--admission-min-useful needs --admission");
     }
@@ -223,6 +264,20 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     }
     if args.header_timeout == 0 {
         bail!("--header-timeout must be at least 1 ms");
+    }
+    if args.idle_timeout == 0 {
+        bail!("--idle-timeout must be at least 1 ms");
+    }
+    if args.send_timeout == 0 {
+        bail!("--send-timeout must be at least 1 ms");
+    }
+    if args.keep_alive_interval > 0 && args.keep_alive_timeout == 0 {
+        bail!(
+            "--keep-alive-timeout must be at least 1 ms (--keep-alive-interval 0 turns PINGs off)"
+        );
+    }
+    if args.max_connections == Some(0) {
+        bail!("--max-connections must be at least 1");
     }
     if Budget::from_millis(args.max_budget).is_none() {
         bail!("--max-budget must be at least 1 ms");
@@ -254,6 +309,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let admin_listener = match args.admin_listen {
+        Some(admin) => Some(
+            tokio::net::TcpListener::bind(admin)
+                .await
+                .with_context(|| format!("binding --admin-listen {admin}"))?,
+        ),
+        None => None,
+    };
 
     let log = args
         .log
@@ -265,6 +328,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let mut registry = deadline_http::metrics::Registry::default();
     let metrics = DeadlineMetrics::register(&mut registry).service(args.name.clone());
     let registry = Arc::new(registry);
+    let database = crate::pg::Database::connect(
+        &args.postgres,
+        &args.name,
+        args.slots,
+        Duration::from_millis(args.margin),
+        &metrics,
+    )
+    .await?;
     let downstream = match (&args.downstream, policy) {
         (Some(url), Some(policy)) => {
             let target = args
@@ -315,6 +386,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         outage: args.outage.map(Outage::new),
         per_attempt: args.slow_per_attempt.then(PerAttempt::default),
         grpc_downstream: args.downstream_protocol == DownstreamProtocol::Grpc,
+        database,
         stream: args.stream,
     });
     let stream_name: Arc<str> = Arc::from(args.name.as_str());
@@ -333,6 +405,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         let min_useful = args.admission_min_useful.unwrap_or(args.work);
         enforce = enforce.admission(Duration::from_millis(min_useful));
     }
+    if let Some(max) = args.max_queue {
+        enforce = enforce.max_queue(max);
+    }
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }
@@ -346,6 +421,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     });
 
     let ids = Arc::new(IdMaker::new(&args.name));
+    let replaced_ids = Arc::new(LogLimit::new(Duration::from_secs(1)));
+    let service_name = args.name.clone();
     let counter = in_flight.clone();
     let work = ServiceBuilder::new()
         // Outside the enforce layer but before any waiting: stamp an id and count the request
@@ -353,14 +430,27 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .map_request(move |mut req: Request<Incoming>| {
             counter.fetch_add(1, Ordering::AcqRel);
             // An id that is empty or not visible ASCII counts as absent: forwarding it would
-            // give unrelated requests one shared id (and one shared slowness decision).
-            let usable = req
-                .headers()
-                .get(REQUEST_ID_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|id| !id.trim().is_empty());
-            if !usable && let Ok(id) = HeaderValue::from_str(&ids.next()) {
-                req.headers_mut().insert(REQUEST_ID_HEADER, id);
+            // give unrelated requests one shared id (and one shared slowness decision). One
+            // longer than 128 characters is replaced too, not copied into every hop's headers
+            // and logs; the replacement is logged, at most once a second.
+            let sent = req.headers().get(REQUEST_ID_HEADER);
+            if !sent.is_some_and(|id| is_usable_request_id(id.as_bytes())) {
+                let id = ids.next();
+                if let Some(sent) = sent
+                    && let Some(replaced) = replaced_ids.hit()
+                {
+                    tracing::warn!(
+                        service = %service_name,
+                        sent_len = sent.len(),
+                        new_id = %id,
+                        replaced,
+                        "x-request-id replaced: not 1 to 128 visible ASCII characters \
+                         (replaced: how many since the last such line)"
+                    );
+                }
+                if let Ok(id) = HeaderValue::from_str(&id) {
+                    req.headers_mut().insert(REQUEST_ID_HEADER, id);
+                }
             }
             req
         })
@@ -390,17 +480,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     });
     // The admin paths are answered here, before the request is counted or reaches the enforce
     // layer: they never wait for a slot, are never logged and never reach the work.
+    let admin = Admin { probe, registry };
+    let public_admin = (!args.no_public_admin).then(|| admin.clone());
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let work = work.clone();
-        let probe = probe.clone();
-        let registry = registry.clone();
+        let admin = public_admin.as_ref().and_then(|admin| admin.answer(&req));
         async move {
-            if req.uri().path() == RUNTIME_PATH && req.method() == http::Method::GET {
-                return Ok(probe.reply().map(Either::Right));
-            }
-            if req.uri().path() == METRICS_PATH && req.method() == http::Method::GET {
-                let scrape = deadline_http::metrics::scrape(&registry);
-                return Ok(scrape.map(|text| Either::Right(Full::new(Bytes::from(text)))));
+            if let Some(answer) = admin {
+                return Ok(answer.map(Either::Right));
             }
             work.oneshot(req).await.map(|r| r.map(Either::Left))
         }
@@ -410,25 +497,68 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     stdout
         .write_all(format!("listening on http://{addr}\n").as_bytes())
         .await?;
+    // The admin address apart: its own serve loop, answering the admin paths and 404 to any
+    // other, stopped with the public one.
+    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(false);
+    let admin_task = match admin_listener {
+        Some(listener) => {
+            let admin_addr = listener.local_addr()?;
+            stdout
+                .write_all(format!("admin on http://{admin_addr}\n").as_bytes())
+                .await?;
+            let service = tower::service_fn(move |req: Request<Incoming>| {
+                let answer = admin.answer(&req).unwrap_or_else(|| {
+                    text(
+                        StatusCode::NOT_FOUND,
+                        format!("not an admin path: {}\n", req.uri().path()),
+                    )
+                });
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            let mut stopped = admin_stopped;
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            Some(tokio::spawn(deadline_http::serve::serve_with(
+                listener,
+                service,
+                shutdown,
+                serve_options(&args),
+            )))
+        }
+        None => None,
+    };
     stdout.flush().await?;
 
     let stop_on_stdin = args.exit_on_stdin_close;
+    let stopping = Arc::new(std::sync::OnceLock::new());
+    let stopped_at = stopping.clone();
     let shutdown = async move {
         tokio::select! {
             () = shutdown_signal() => {}
             () = stdin_closed(), if stop_on_stdin => {}
         }
+        let _ = stopped_at.set(Instant::now());
     };
-    let options =
-        ServeOptions::default().header_read_timeout(Duration::from_millis(args.header_timeout));
-    deadline_http::serve::serve_with(listener, service, shutdown, options)
+    let drain = Duration::from_secs(args.drain_timeout);
+    deadline_http::serve::serve_with(listener, service, shutdown, serve_options(&args))
         .await
         .context("serving")?;
+    let _ = stop_admin.send(true);
+    if let Some(task) = admin_task {
+        task.await
+            .context("the admin server")?
+            .context("serving the admin address")?;
+    }
 
     // Work the baseline keeps running after its caller left is still in flight: wait for it so
-    // the log holds every hold, but not forever.
+    // the log holds every hold, but only for what is left of --drain-timeout.
     // A --drain-timeout too large for the clock means no limit, never a panic at exit.
-    let drain_until = Instant::now().checked_add(Duration::from_secs(args.drain_timeout));
+    let drain_until = stopping
+        .get()
+        .copied()
+        .unwrap_or_else(Instant::now)
+        .checked_add(drain);
     while in_flight.load(Ordering::Acquire) > 0 && drain_until.is_none_or(|t| Instant::now() < t) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -461,6 +591,23 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The connection limits of `serve`, from the flags.
+fn serve_options(args: &ServiceArgs) -> ServeOptions {
+    let keep_alive = (args.keep_alive_interval > 0).then(|| {
+        (
+            Duration::from_millis(args.keep_alive_interval),
+            Duration::from_millis(args.keep_alive_timeout),
+        )
+    });
+    ServeOptions::default()
+        .header_read_timeout(Duration::from_millis(args.header_timeout))
+        .idle_timeout(Duration::from_millis(args.idle_timeout))
+        .keep_alive(keep_alive)
+        .send_timeout(Duration::from_millis(args.send_timeout))
+        .max_connections(args.max_connections)
+        .shutdown_grace(Duration::from_secs(args.drain_timeout))
+}
+
 /// The reserved admin path: `GET` answers this process's runtime figures as JSON. Every other
 /// path is the service's work; later admin paths (such as `/metrics`) sit beside it the same way.
 pub(crate) const RUNTIME_PATH: &str = "/debug/runtime";
@@ -468,6 +615,30 @@ pub(crate) const RUNTIME_PATH: &str = "/debug/runtime";
 /// The reserved scrape path: `GET` answers this service's Prometheus metrics (the deadline
 /// metric set, `service` label = `--name`), in the OpenMetrics text format.
 pub(crate) const METRICS_PATH: &str = "/metrics";
+
+/// The admin paths' answers: runtime figures and the metrics scrape.
+#[derive(Clone)]
+struct Admin {
+    probe: Arc<RuntimeProbe>,
+    registry: Arc<deadline_http::metrics::Registry>,
+}
+
+impl Admin {
+    /// The answer to `req` if it is `GET` on an admin path.
+    fn answer<B>(&self, req: &Request<B>) -> Option<Response<Full<Bytes>>> {
+        if req.method() != http::Method::GET {
+            return None;
+        }
+        match req.uri().path() {
+            RUNTIME_PATH => Some(self.probe.reply()),
+            METRICS_PATH => Some(
+                deadline_http::metrics::scrape(&self.registry)
+                    .map(|text| Full::new(Bytes::from(text))),
+            ),
+            _ => None,
+        }
+    }
+}
 
 /// What `GET /debug/runtime` reads.
 struct RuntimeProbe {
@@ -572,7 +743,14 @@ async fn handle(
     };
     let work = if slow { config.slow_work } else { config.work };
     let started = Instant::now();
-    tokio::time::sleep(work).await;
+    match &config.database {
+        Some(database) => {
+            if let Err(answer) = database.work(&config.name, &id, work).await {
+                return Ok(answer);
+            }
+        }
+        None => tokio::time::sleep(work).await,
+    }
 
     let Some((base, client)) = &config.downstream else {
         return Ok(text(

@@ -16,5 +16,6 @@ mod propagate;
 mod queue;
 mod readme;
 mod retries;
+mod serve_limits;
 mod server_timing;
 mod streams;
