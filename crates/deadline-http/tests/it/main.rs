@@ -13,3 +13,4 @@ mod queue;
 mod readme;
 mod retries;
 mod server_timing;
+mod streams;
