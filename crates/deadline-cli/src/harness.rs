@@ -32,9 +32,13 @@ use crate::placement::Placement;
 
 /// How long a service may take to print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a service may take to drain and exit once told to stop: a little more than the
-/// service's own `--drain-timeout` default, after which it exits anyway and says so.
-const STOP_TIMEOUT: Duration = Duration::from_secs(630);
+/// How long each service is given to drain once told to stop (its `--drain-timeout`, longer
+/// than the service's default): a baseline keeps working for callers that left, and every hold
+/// of that work must reach the log to be counted.
+const DRAIN_TIMEOUT_S: u64 = 600;
+/// How long a service may take to drain and exit once told to stop: a little more than
+/// [`DRAIN_TIMEOUT_S`], after which it exits anyway and says so.
+const STOP_TIMEOUT: Duration = Duration::from_secs(DRAIN_TIMEOUT_S + 30);
 
 /// One hop of the chain: its name and its `deadline service` flags (beyond name, log, downstream).
 #[derive(Debug, Clone)]
@@ -207,6 +211,8 @@ impl Chain {
                 .arg("--log")
                 .arg(&log)
                 .arg("--exit-on-stdin-close")
+                .arg("--drain-timeout")
+                .arg(DRAIN_TIMEOUT_S.to_string())
                 .args(&hop.args);
             if let Some(listen) = place.listen {
                 cmd.arg("--listen").arg(listen.to_string());

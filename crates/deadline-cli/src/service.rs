@@ -115,9 +115,30 @@ pub(crate) struct ServiceArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// On shutdown, how long to wait for work still in flight (baseline work whose caller left
-    /// included) before exiting anyway, with a warning, in seconds.
-    #[arg(long, default_value_t = 600)]
+    /// included) before exiting anyway, with a warning, in seconds: connections still open
+    /// then are dropped, and the whole shutdown takes at most about this long.
+    #[arg(long, default_value_t = 30)]
     pub drain_timeout: u64,
+    /// Close a connection with no request open for this long, in ms: HTTP/1.1 between requests,
+    /// HTTP/2 with no stream open (one that sent only its preface included).
+    #[arg(long, default_value_t = 60_000)]
+    pub idle_timeout: u64,
+    /// Send an HTTP/2 peer a PING after this long without a frame from it, in ms, and close its
+    /// connection if it does not answer within --keep-alive-timeout; 0 sends no PINGs.
+    #[arg(long, default_value_t = 20_000)]
+    pub keep_alive_interval: u64,
+    /// How long an HTTP/2 peer has to answer a keep-alive PING, in ms.
+    #[arg(long, default_value_t = 20_000)]
+    pub keep_alive_timeout: u64,
+    /// Drop a connection whose socket refuses every write (the peer reads nothing) for this
+    /// long, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    pub send_timeout: u64,
+    /// Connections open at once: beyond it the connection idle the longest is closed to make
+    /// room, and when none is idle new connections are refused (default: no limit but file
+    /// descriptors; running out of them drops the connection idle the longest).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// How long a client may take to send a request's headers before its connection is closed,
     /// in ms. A slow client holds only a connection (a file descriptor and a task), never a
     /// worker slot, until then.
@@ -200,6 +221,20 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     }
     if args.header_timeout == 0 {
         bail!("--header-timeout must be at least 1 ms");
+    }
+    if args.idle_timeout == 0 {
+        bail!("--idle-timeout must be at least 1 ms");
+    }
+    if args.send_timeout == 0 {
+        bail!("--send-timeout must be at least 1 ms");
+    }
+    if args.keep_alive_interval > 0 && args.keep_alive_timeout == 0 {
+        bail!(
+            "--keep-alive-timeout must be at least 1 ms (--keep-alive-interval 0 turns PINGs off)"
+        );
+    }
+    if args.max_connections == Some(0) {
+        bail!("--max-connections must be at least 1");
     }
     if Budget::from_millis(args.max_budget).is_none() {
         bail!("--max-budget must be at least 1 ms");
@@ -378,22 +413,28 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     stdout.flush().await?;
 
     let stop_on_stdin = args.exit_on_stdin_close;
+    let stopping = Arc::new(std::sync::OnceLock::new());
+    let stopped_at = stopping.clone();
     let shutdown = async move {
         tokio::select! {
             () = shutdown_signal() => {}
             () = stdin_closed(), if stop_on_stdin => {}
         }
+        let _ = stopped_at.set(Instant::now());
     };
-    let options =
-        ServeOptions::default().header_read_timeout(Duration::from_millis(args.header_timeout));
-    deadline_http::serve::serve_with(listener, service, shutdown, options)
+    let drain = Duration::from_secs(args.drain_timeout);
+    deadline_http::serve::serve_with(listener, service, shutdown, serve_options(&args))
         .await
         .context("serving")?;
 
     // Work the baseline keeps running after its caller left is still in flight: wait for it so
-    // the log holds every hold, but not forever.
+    // the log holds every hold, but only for what is left of --drain-timeout.
     // A --drain-timeout too large for the clock means no limit, never a panic at exit.
-    let drain_until = Instant::now().checked_add(Duration::from_secs(args.drain_timeout));
+    let drain_until = stopping
+        .get()
+        .copied()
+        .unwrap_or_else(Instant::now)
+        .checked_add(drain);
     while in_flight.load(Ordering::Acquire) > 0 && drain_until.is_none_or(|t| Instant::now() < t) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -424,6 +465,23 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The connection limits of `serve`, from the flags.
+fn serve_options(args: &ServiceArgs) -> ServeOptions {
+    let keep_alive = (args.keep_alive_interval > 0).then(|| {
+        (
+            Duration::from_millis(args.keep_alive_interval),
+            Duration::from_millis(args.keep_alive_timeout),
+        )
+    });
+    ServeOptions::default()
+        .header_read_timeout(Duration::from_millis(args.header_timeout))
+        .idle_timeout(Duration::from_millis(args.idle_timeout))
+        .keep_alive(keep_alive)
+        .send_timeout(Duration::from_millis(args.send_timeout))
+        .max_connections(args.max_connections)
+        .shutdown_grace(Duration::from_secs(args.drain_timeout))
 }
 
 /// The reserved admin path: `GET` answers this process's runtime figures as JSON. Every other

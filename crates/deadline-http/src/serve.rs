@@ -17,16 +17,33 @@
 //!   bytes to pick the protocol (the whole 24-byte HTTP/2 preface, or a byte that differs from
 //!   it), and that read has no timeout of its own. So a connection that has not shown its
 //!   protocol within the header-read timeout of being accepted (nothing sent, or half a
-//!   preface) is closed. Then HTTP/1.1's own header timer takes over; an HTTP/2 connection that
-//!   has sent its preface may stay idle with no stream open (gRPC clients connect ahead of
-//!   their first call and keep the connection between calls).
+//!   preface) is closed. Then HTTP/1.1's own header timer takes over.
+//! - **An idle timeout, 60 s by default** ([`ServeOptions::idle_timeout`]). A connection with
+//!   no request open for that long is closed: HTTP/1.1 between requests, and HTTP/2 with no
+//!   stream open, including one that sent its 24-byte preface and nothing else (the header
+//!   timer never runs for HTTP/2). gRPC clients connect ahead of their first call and keep the
+//!   connection between calls: they are sent `GOAWAY` and reconnect when they next call.
+//! - **HTTP/2 keep-alive PINGs** ([`ServeOptions::keep_alive`], every 20 s of silence, 20 s to
+//!   answer): a peer that has vanished without closing (a host gone, a NAT entry dropped) is
+//!   found and its connection closed, even while a stream is open on it.
+//! - **A send timeout, 30 s by default** ([`ServeOptions::send_timeout`]): a connection whose
+//!   socket has refused every write for that long (the peer stopped reading) is dropped.
+//! - **An optional connection limit** ([`ServeOptions::max_connections`]): at the limit, the
+//!   connection idle the longest is closed to make room; when none is idle, new connections
+//!   are closed as soon as they are accepted. Without a limit, file descriptors are the limit:
+//!   when accepting fails for want of one, the connection idle the longest is dropped at once,
+//!   so idle connections cannot lock new clients out.
+//! - **Accept errors back off** (100 ms) and are logged at most once a second, with the count
+//!   of errors the line stands for.
 //! - **Hang-up detection stays on.** `half_close` is left off, so when a client closes its
 //!   connection hyper drops the request's future, and the enforce layer stops the work (see
 //!   [`enforce`](crate::enforce#caller-hang-up-what-is-detected)).
 //! - **Graceful shutdown.** When `shutdown` completes, the listener is closed, idle connections
-//!   are closed, and in-flight requests get up to [`SHUTDOWN_GRACE`] to finish. An HTTP/2
-//!   connection is sent `GOAWAY`: the streams already open run to their end, new ones are
-//!   refused (safe for the client to retry elsewhere: they were never processed).
+//!   are closed, and in-flight requests get up to [`SHUTDOWN_GRACE`] to finish
+//!   ([`ServeOptions::shutdown_grace`]); then the connections still open are dropped, which
+//!   drops their requests. An HTTP/2 connection is sent `GOAWAY`: the streams already open run
+//!   to their end, new ones are refused (safe for the client to retry elsewhere: they were
+//!   never processed).
 //! - **HTTP/2 resets are hang-ups.** When a client resets one stream (`RST_STREAM`: the attempt
 //!   was abandoned), hyper drops that request's future alone, and the enforce layer reports it
 //!   hung up; the other streams on the connection go on.
@@ -34,6 +51,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -42,7 +60,6 @@ use http_body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -50,6 +67,11 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::error::BoxError;
+use crate::log_limit::LogLimit;
+
+mod conn;
+
+use conn::{Admit, ConnLimits, Counted, Registry, Tracked};
 
 /// How long a client may take to send a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -57,31 +79,109 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`serve`] waits for in-flight requests after `shutdown` before returning anyway.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// How long a connection may stay with no request open before it is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// After how long without hearing from an HTTP/2 peer the server sends it a PING.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+
+/// How long an HTTP/2 peer has to answer a keep-alive PING before its connection is closed.
+pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a connection's socket may refuse every write before the connection is dropped.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// After an accept error that is not about one connection (such as running out of file
 /// descriptors), wait this long before accepting again, rather than spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Settings of [`serve_with`].
+/// After dropping an idle connection to get a file descriptor back, wait this long before
+/// accepting again.
+const EVICTED_BACKOFF: Duration = Duration::from_millis(5);
+
+/// Settings of [`serve_with`]. Each has a default that bounds what a client can hold; the
+/// builder methods below say what it is and what a change does.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct ServeOptions {
     /// How long a client may take to send a request's headers before its connection is closed
     /// (default [`HEADER_READ_TIMEOUT`]).
     pub header_read_timeout: Duration,
+    /// How long a connection may stay with no request open (default [`IDLE_TIMEOUT`]).
+    pub idle_timeout: Duration,
+    /// HTTP/2 keep-alive: the silence after which a PING is sent and the time to answer it
+    /// (default [`KEEP_ALIVE_INTERVAL`], [`KEEP_ALIVE_TIMEOUT`]); `None`: no PINGs.
+    pub keep_alive: Option<(Duration, Duration)>,
+    /// How long a connection's socket may refuse every write (default [`SEND_TIMEOUT`]).
+    pub send_timeout: Duration,
+    /// Connections open at once (default `None`: as many as file descriptors allow).
+    pub max_connections: Option<usize>,
+    /// How long shutdown waits for requests in flight (default [`SHUTDOWN_GRACE`]).
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
             header_read_timeout: HEADER_READ_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
+            keep_alive: Some((KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)),
+            send_timeout: SEND_TIMEOUT,
+            max_connections: None,
+            shutdown_grace: SHUTDOWN_GRACE,
         }
     }
 }
 
 impl ServeOptions {
-    /// Sets how long a client may take to send a request's headers.
+    /// Sets how long a client may take to send a request's headers (default
+    /// [`HEADER_READ_TIMEOUT`], 30 s). It also bounds how long a new connection may take to show
+    /// its protocol, and an HTTP/1.1 connection's wait between two requests.
     pub fn header_read_timeout(mut self, timeout: Duration) -> ServeOptions {
         self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a connection may stay with no request open before it is closed gracefully
+    /// (default [`IDLE_TIMEOUT`], 60 s). A request is open from its complete head to the end
+    /// of its response; bytes alone (HTTP/2 SETTINGS or PINGs) do not keep a connection open.
+    /// Zero is taken as 1 ms.
+    pub fn idle_timeout(mut self, timeout: Duration) -> ServeOptions {
+        self.idle_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets HTTP/2 keep-alive: after `interval` without a frame from the peer, the server sends
+    /// a PING, and closes the connection if no answer comes within `timeout` (default
+    /// [`KEEP_ALIVE_INTERVAL`] and [`KEEP_ALIVE_TIMEOUT`], 20 s each). `None` turns the PINGs
+    /// off. HTTP/1.1 has no PING: its idle connections are bounded by the idle and header-read
+    /// timeouts.
+    pub fn keep_alive(mut self, keep_alive: Option<(Duration, Duration)>) -> ServeOptions {
+        self.keep_alive = keep_alive;
+        self
+    }
+
+    /// Sets how long a connection's socket may refuse every write (the peer reads nothing)
+    /// before the connection is dropped (default [`SEND_TIMEOUT`], 30 s). Zero is taken as
+    /// 1 ms.
+    pub fn send_timeout(mut self, timeout: Duration) -> ServeOptions {
+        self.send_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets how many connections may be open at once (default `None`: no limit but file
+    /// descriptors). A connection beyond the limit closes the connection idle the longest to
+    /// make room; when every connection has a request open, it is closed as soon as it is
+    /// accepted. `Some(0)` is taken as 1.
+    pub fn max_connections(mut self, max: Option<usize>) -> ServeOptions {
+        self.max_connections = max.map(|max| max.max(1));
+        self
+    }
+
+    /// Sets how long shutdown waits for requests in flight before dropping their connections
+    /// (default [`SHUTDOWN_GRACE`], 10 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> ServeOptions {
+        self.shutdown_grace = grace;
         self
     }
 }
@@ -94,7 +194,13 @@ fn builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
+    let mut http2 = builder.http2();
+    http2.timer(TokioTimer::new());
+    if let Some((interval, timeout)) = options.keep_alive {
+        http2
+            .keep_alive_interval(Some(interval))
+            .keep_alive_timeout(timeout);
+    }
     builder
 }
 
@@ -109,7 +215,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// the bare socket's: no other task, no per-request work.
 #[derive(Debug)]
 struct FirstBytes {
-    stream: TcpStream,
+    stream: Tracked<TcpStream>,
     /// Preface bytes matched so far, and the timer; `None` once the protocol is known.
     sniff: Option<(usize, Pin<Box<Sleep>>)>,
 }
@@ -163,7 +269,7 @@ impl AsyncWrite for FirstBytes {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        self.stream.io.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -177,7 +283,8 @@ impl AsyncWrite for FirstBytes {
 
 /// Serves `service` over HTTP/1.1 and h2c on every connection `listener` accepts, until `shutdown`
 /// completes; then stops accepting and waits (up to [`SHUTDOWN_GRACE`]) for open connections to
-/// finish their requests.
+/// finish their requests. Connections are bounded as the [module docs](self) say, with the
+/// defaults of [`ServeOptions`].
 ///
 /// Each connection runs on its own task. Accept errors are logged and accepting goes on, so
 /// this returns `Ok` once shut down; the `io::Result` is for errors setting up the listener.
@@ -231,7 +338,13 @@ where
     // Fails early, and names the address in logs.
     let local = listener.local_addr()?;
     let builder = builder(&options);
-    let graceful = GracefulShutdown::new();
+    let registry = Arc::new(Registry::new());
+    let limits = ConnLimits {
+        idle: options.idle_timeout,
+        send: options.send_timeout,
+    };
+    let accept_errors = LogLimit::new(Duration::from_secs(1));
+    let refusals = LogLimit::new(Duration::from_secs(1));
     let mut shutdown = pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -245,35 +358,83 @@ where
                 continue;
             }
             Err(error) => {
-                tracing::warn!(%local, %error, "accept failed; retrying");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-                continue;
+                // Out of file descriptors: an idle connection gives one back.
+                let evicted = is_out_of_fds(&error) && registry.evict_oldest_idle(true);
+                if let Some(errors) = accept_errors.hit() {
+                    tracing::warn!(
+                        %local,
+                        %error,
+                        errors,
+                        open = registry.len(),
+                        evicted_idle = evicted,
+                        "accept failed; backing off (errors: how many since the last such line)"
+                    );
+                }
+                let backoff = if evicted {
+                    EVICTED_BACKOFF
+                } else {
+                    ACCEPT_BACKOFF
+                };
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => continue,
+                    () = &mut shutdown => break,
+                }
             }
         };
+        if registry.admit(options.max_connections) == Admit::Full {
+            if let Some(refused) = refusals.hit() {
+                tracing::warn!(
+                    %local,
+                    refused,
+                    max_connections = options.max_connections,
+                    "connection limit reached and no connection idle: refusing new connections \
+                     (refused: how many since the last such line)"
+                );
+            }
+            drop(stream);
+            continue;
+        }
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
+        let shared = registry.open();
         let stream = FirstBytes {
-            stream,
+            stream: Tracked {
+                io: stream,
+                conn: shared.clone(),
+            },
             sniff: Some((0, Box::pin(tokio::time::sleep(options.header_read_timeout)))),
         };
-        let connection = builder.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(service.clone()),
-        );
-        let connection = graceful.watch(connection.into_owned());
+        let service = Counted {
+            inner: service.clone(),
+            conn: shared.clone(),
+        };
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
+        let registry = registry.clone();
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            let graceful =
+                |connection: Pin<&mut _>| auto::Connection::graceful_shutdown(connection);
+            let ended = conn::drive(connection, graceful, shared, registry, limits).await;
+            if let Err(error) = ended {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    tracing::debug!(%local, open = graceful.count(), "shutting down");
+    tracing::debug!(%local, open = registry.len(), "shutting down");
+    registry.close_all(false);
     tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
-            tracing::warn!(%local, "connections still open after the shutdown grace period");
+        () = registry.all_ended() => {}
+        () = tokio::time::sleep(options.shutdown_grace) => {
+            tracing::warn!(
+                %local,
+                open = registry.len(),
+                "connections still open after the shutdown grace period: dropping them"
+            );
+            registry.close_all(true);
+            let _ = tokio::time::timeout(Duration::from_secs(1), registry.all_ended()).await;
         }
     }
     Ok(())
@@ -296,6 +457,12 @@ where
     builder(&ServeOptions::default())
         .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .await
+}
+
+/// Accepting failed for want of a file descriptor (the process's limit or the system's).
+fn is_out_of_fds(error: &io::Error) -> bool {
+    // EMFILE and ENFILE on Linux and the BSDs.
+    matches!(error.raw_os_error(), Some(23 | 24))
 }
 
 /// Errors about one incoming connection, not the listener: accept the next one at once.

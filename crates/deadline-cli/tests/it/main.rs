@@ -9,6 +9,7 @@ mod dialects;
 mod grpc;
 mod hold_log;
 mod hygiene;
+mod limits;
 mod load;
 mod metrics;
 mod placement;

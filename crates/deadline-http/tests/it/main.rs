@@ -12,5 +12,6 @@ mod propagate;
 mod queue;
 mod readme;
 mod retries;
+mod serve_limits;
 mod server_timing;
 mod streams;
