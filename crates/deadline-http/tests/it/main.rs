@@ -12,3 +12,4 @@ mod propagate;
 mod queue;
 mod retries;
 mod server_timing;
+mod throttle;
