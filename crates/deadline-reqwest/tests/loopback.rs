@@ -152,7 +152,7 @@ async fn a_503_is_retried_after_a_backoff_and_the_budget_is_shared_by_clones() {
 
     // An empty budget refuses every retry, for every clone of the middleware.
     let (addr, calls) = inventory().await;
-    let empty = DeadlineMiddleware::new(policy).retry_budget(Some(RetryBudgetConfig::new(
+    let empty = DeadlineMiddleware::new(policy).retry_budget(Some(RetryBudgetConfig::ratio_cap(
         Duration::from_secs(10),
         0,
         0,

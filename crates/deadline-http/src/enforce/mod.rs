@@ -200,6 +200,8 @@ pub(crate) struct HopSettings {
     queue: QueueOrder,
     /// Predictive admission's least useful budget, when it is on.
     min_useful: Option<Duration>,
+    /// Admission's cap on the expected wait for a slot, when it is on.
+    max_queue_wait: Option<Duration>,
     /// `false` in baseline mode.
     #[cfg(feature = "baseline")]
     enforce: bool,

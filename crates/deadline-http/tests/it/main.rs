@@ -16,3 +16,4 @@ mod retries;
 mod serve_limits;
 mod server_timing;
 mod streams;
+mod throttle;
