@@ -393,10 +393,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 .get(REQUEST_ID_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|id| !id.trim().is_empty());
-            if !usable {
-                if let Ok(id) = HeaderValue::from_str(&ids.next()) {
-                    req.headers_mut().insert(REQUEST_ID_HEADER, id);
-                }
+            if !usable && let Ok(id) = HeaderValue::from_str(&ids.next()) {
+                req.headers_mut().insert(REQUEST_ID_HEADER, id);
             }
             req
         })

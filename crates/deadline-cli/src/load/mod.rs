@@ -332,6 +332,7 @@ async fn run_once(
         "load-without"
     };
     let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
+<<<<<<< HEAD
     if deadlines {
         if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
             inventory
@@ -345,6 +346,14 @@ async fn run_once(
                     .args
                     .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
             }
+=======
+    if deadlines && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+        inventory
+            .args
+            .extend(["--queue".to_owned(), args.queue.to_string()]);
+        if args.admission {
+            inventory.args.push("--admission".to_owned());
+>>>>>>> broker
         }
     }
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);
