@@ -13,6 +13,7 @@ mod holds;
 mod hygiene;
 mod load;
 mod outage;
+mod peer;
 mod placement;
 mod service;
 mod shutdown;
