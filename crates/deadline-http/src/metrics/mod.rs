@@ -37,6 +37,9 @@
 //! | `deadline_attempts_total` | counter | `target`, `kind` | outbound attempts sent: `first`, `retry`, `hedge` |
 //! | `deadline_attempts_skipped_total` | counter | `target`, `reason` | attempts the planner did not send: `not_enough_time`, `throttled`, `pushback` |
 //! | `deadline_call_duration_seconds` | histogram | `target` | one outbound call, all its attempts, until it returned or was dropped |
+//! | `deadline_queries_total` | counter | `outcome` | database statements by how they ended: `ok`, `deadline`, `cancelled`, `not_sent`, `error` ([`QueryMetrics`]) |
+//! | `deadline_query_seconds` | histogram | | one database statement's time (statements sent) |
+//! | `deadline_pool_wait_seconds` | histogram | | time waiting for a pooled database connection |
 //!
 //! `deadline_exceeded_total` counts only where the time ran out: a handler that relays its
 //! downstream's 504 ends as `outcome="deadline"` in `deadline_requests_total`, but the phase is
@@ -75,6 +78,7 @@
 
 mod call;
 mod hop;
+mod query;
 
 #[cfg(feature = "axum")]
 mod route;
@@ -95,6 +99,7 @@ pub use call::{AttemptKind, SkipReason};
 pub(crate) use call::{CallRecorder, TargetRecorder};
 pub(crate) use hop::HopRecorder;
 pub use hop::Outcome;
+pub use query::{QueryMetrics, QueryOutcome};
 #[cfg(feature = "axum")]
 pub use route::route;
 
@@ -129,6 +134,9 @@ struct Families {
     attempts: Family<AttemptLabels, Counter>,
     skipped: Family<SkipLabels, Counter>,
     call_duration: Histograms<TargetLabels>,
+    queries: Family<QueryLabels, Counter>,
+    query_seconds: Histograms<ServiceLabels>,
+    pool_wait: Histograms<ServiceLabels>,
 }
 
 /// The deadline metric families, registered in an application's [`Registry`]. Make one per
@@ -159,6 +167,9 @@ impl DeadlineMetrics {
             attempts: Family::default(),
             skipped: Family::default(),
             call_duration: histograms(),
+            queries: Family::default(),
+            query_seconds: histograms(),
+            pool_wait: histograms(),
         };
         // Counters are registered without `_total`: the encoder appends it.
         registry.register(
@@ -211,6 +222,21 @@ impl DeadlineMetrics {
             "One outbound call with all its attempts",
             families.call_duration.clone(),
         );
+        registry.register(
+            "deadline_queries",
+            "Database statements by how they ended",
+            families.queries.clone(),
+        );
+        registry.register(
+            "deadline_query_seconds",
+            "One database statement's time",
+            families.query_seconds.clone(),
+        );
+        registry.register(
+            "deadline_pool_wait_seconds",
+            "Time waiting for a pooled database connection",
+            families.pool_wait.clone(),
+        );
         DeadlineMetrics {
             families: Arc::new(families),
         }
@@ -255,6 +281,12 @@ impl ServiceMetrics {
     /// The `service` label.
     pub fn name(&self) -> &str {
         &self.service
+    }
+
+    /// The database series of this service (created now at 0): give them to the database
+    /// pool that runs statements for it.
+    pub fn queries(&self) -> QueryMetrics {
+        QueryMetrics::new(&self.families, &self.service)
     }
 
     pub(crate) fn hop(&self) -> Arc<HopRecorder> {
@@ -326,6 +358,12 @@ struct ServiceLabels {
 struct OutcomeLabels {
     service: Arc<str>,
     outcome: Tok<Outcome>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct QueryLabels {
+    service: Arc<str>,
+    outcome: Tok<QueryOutcome>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]

@@ -209,6 +209,10 @@ pub mod name {
     /// What an outbound call's span name starts with; the downstream's name follows
     /// (`call:orders`). See [`call`].
     pub const CALL_PREFIX: &str = "call:";
+    /// One database statement run for the request (the `deadline-postgres` crate).
+    pub const QUERY: &str = "query";
+    /// Time a request waited for a pooled database connection.
+    pub const POOL: &str = "pool";
 
     /// The span name of a call to `target`: `call:<target>` as a token of at most
     /// [`MAX_NAME_LEN`](super::MAX_NAME_LEN) bytes, as [`Span::new`](super::Span::new) would make
@@ -265,6 +269,8 @@ pub mod outcome {
     pub const NO_RETRY: &str = "no-retry";
     /// A hedged attempt lost the race: another attempt answered first, so it was cancelled.
     pub const LOST: &str = "lost";
+    /// A database statement was not sent: too little time was left for it to be useful.
+    pub const NOT_SENT: &str = "not-sent";
 }
 
 /// The `Deadline-Trace` response header name.

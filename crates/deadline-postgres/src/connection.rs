@@ -1,0 +1,256 @@
+//! [`Connection`] and [`Transaction`]: tokio-postgres's statement methods, run inside the
+//! request's deadline, and the hand-back that never gives the pool a connection mid-statement.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use deadline_http::DeadlineContext;
+use deadpool_postgres::Object;
+use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row};
+
+use crate::error::Error;
+use crate::pool::Settings;
+use crate::record::{Outcome, Record};
+use crate::statement::{RESET, Runner, Shared, Sql};
+
+/// Statement parameters, as tokio-postgres takes them.
+pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// A pooled connection from [`DeadlinePool::get`](crate::DeadlinePool::get).
+///
+/// Its statement methods are tokio-postgres's, with the deadline rules of the
+/// [crate docs](crate). Dropping it gives the connection back to the pool, at once when no
+/// statement was interrupted; otherwise a background task waits for the cancelled statement to
+/// end and resets `statement_timeout` first, and closes the connection instead if that fails
+/// or takes longer than the pool's drain limit.
+pub struct Connection {
+    object: Option<Object>,
+    settings: Arc<Settings>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("database", &self.settings.name)
+            .field(
+                "interrupted",
+                &self.shared.interrupted.load(Ordering::Relaxed),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// The statement methods, shared by [`Connection`] and [`Transaction`].
+macro_rules! statement_methods {
+    () => {
+        /// Runs a statement and returns its rows ([`tokio_postgres::Client::query`]).
+        pub async fn query<S: Sql + ?Sized>(
+            &self,
+            statement: &S,
+            params: Params<'_>,
+        ) -> Result<Vec<Row>, Error> {
+            let client = self.client();
+            self.runner()
+                .run(statement.statement(client), |s| async move {
+                    client.query(&s, params).await
+                })
+                .await
+        }
+
+        /// Runs a statement that returns exactly one row ([`tokio_postgres::Client::query_one`]).
+        pub async fn query_one<S: Sql + ?Sized>(
+            &self,
+            statement: &S,
+            params: Params<'_>,
+        ) -> Result<Row, Error> {
+            let client = self.client();
+            self.runner()
+                .run(statement.statement(client), |s| async move {
+                    client.query_one(&s, params).await
+                })
+                .await
+        }
+
+        /// Runs a statement that returns at most one row ([`tokio_postgres::Client::query_opt`]).
+        pub async fn query_opt<S: Sql + ?Sized>(
+            &self,
+            statement: &S,
+            params: Params<'_>,
+        ) -> Result<Option<Row>, Error> {
+            let client = self.client();
+            self.runner()
+                .run(statement.statement(client), |s| async move {
+                    client.query_opt(&s, params).await
+                })
+                .await
+        }
+
+        /// Runs a statement and returns the number of rows it changed
+        /// ([`tokio_postgres::Client::execute`]).
+        pub async fn execute<S: Sql + ?Sized>(
+            &self,
+            statement: &S,
+            params: Params<'_>,
+        ) -> Result<u64, Error> {
+            let client = self.client();
+            self.runner()
+                .run(statement.statement(client), |s| async move {
+                    client.execute(&s, params).await
+                })
+                .await
+        }
+
+        /// Runs one or more statements separated by semicolons, without parameters, by the
+        /// simple query protocol ([`tokio_postgres::Client::batch_execute`]); under a deadline
+        /// the `statement_timeout` covers each of them.
+        pub async fn batch_execute(&self, statements: &str) -> Result<(), Error> {
+            let client = self.client();
+            self.runner()
+                .run(std::future::ready(Ok(())), |()| async move {
+                    client.batch_execute(statements).await
+                })
+                .await
+        }
+    };
+}
+
+impl Connection {
+    pub(crate) fn new(object: Object, settings: Arc<Settings>) -> Connection {
+        Connection {
+            object: Some(object),
+            settings,
+            shared: Arc::default(),
+        }
+    }
+
+    /// The tokio-postgres client underneath, for what this crate does not wrap (`COPY`,
+    /// portals, notifications). Statements run through it directly get none of the deadline
+    /// rules.
+    pub fn client(&self) -> &Client {
+        self.object.as_deref().expect("present until dropped")
+    }
+
+    fn runner(&self) -> Runner<'_> {
+        Runner {
+            client: self.client(),
+            settings: &self.settings,
+            shared: &self.shared,
+            local: false,
+        }
+    }
+
+    statement_methods!();
+
+    /// Begins a transaction. Inside a request with a deadline it is not begun with less than
+    /// the pool's transaction minimum plus the margin left before the cutoff
+    /// ([`Error::TransactionNotBegun`], a `query` span `not-sent`). Its statements run with
+    /// `SET LOCAL statement_timeout`, which the transaction's end undoes. Dropped without
+    /// [`commit`](Transaction::commit), it rolls back (as tokio-postgres's does).
+    pub async fn transaction(&mut self) -> Result<Transaction<'_>, Error> {
+        let context = DeadlineContext::current();
+        if let Some(cutoff) = context.as_ref().and_then(DeadlineContext::cutoff) {
+            let remaining = cutoff.remaining(Instant::now().into_std());
+            let needed = self.settings.policy.margin() + self.settings.transaction_min;
+            if remaining < needed {
+                Record::start(&self.settings, context).end(Outcome::NotSent);
+                return Err(Error::TransactionNotBegun {
+                    target: self.settings.name.to_string(),
+                    remaining,
+                    needed,
+                });
+            }
+        }
+        let object = self.object.as_mut().expect("present until dropped");
+        let transaction = object.transaction().await.map_err(Error::Postgres)?;
+        Ok(Transaction {
+            transaction,
+            settings: &self.settings,
+            shared: &self.shared,
+        })
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let Some(object) = self.object.take() else {
+            return;
+        };
+        if !self.shared.interrupted.load(Ordering::SeqCst) {
+            return; // back to the pool as it is
+        }
+        let cancel = self
+            .shared
+            .cancel
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let limit = self.settings.drain_limit;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            let _ = Object::take(object); // no runtime to drain on: close it
+            return;
+        };
+        runtime.spawn(async move {
+            if let Some(cancel) = cancel {
+                let _ = cancel.await;
+            }
+            // Queued behind the interrupted statement (and any ROLLBACK of a dropped
+            // transaction): it answers once they have ended.
+            match tokio::time::timeout(limit, object.batch_execute(RESET)).await {
+                Ok(Ok(())) => drop(object), // clean: back to the pool
+                _ => {
+                    tracing::warn!("a connection whose statement was interrupted did not come back clean; closing it");
+                    let _ = Object::take(object);
+                }
+            }
+        });
+    }
+}
+
+/// A transaction on a [`Connection`], from [`Connection::transaction`]: the same statement
+/// methods, each with `SET LOCAL statement_timeout` pipelined before it.
+pub struct Transaction<'a> {
+    transaction: deadpool_postgres::Transaction<'a>,
+    settings: &'a Settings,
+    shared: &'a Arc<Shared>,
+}
+
+impl fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("database", &self.settings.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transaction<'_> {
+    /// The tokio-postgres client underneath (statements run through it get no deadline
+    /// rules).
+    pub fn client(&self) -> &Client {
+        self.transaction.client()
+    }
+
+    fn runner(&self) -> Runner<'_> {
+        Runner {
+            client: self.client(),
+            settings: self.settings,
+            shared: self.shared,
+            local: true,
+        }
+    }
+
+    statement_methods!();
+
+    /// Commits the transaction.
+    pub async fn commit(self) -> Result<(), Error> {
+        self.transaction.commit().await.map_err(Error::Postgres)
+    }
+
+    /// Rolls the transaction back.
+    pub async fn rollback(self) -> Result<(), Error> {
+        self.transaction.rollback().await.map_err(Error::Postgres)
+    }
+}

@@ -1,0 +1,288 @@
+//! [`DeadlinePool`]: a deadpool-postgres pool whose waits end at the request's deadline, and the
+//! limits every statement taken from it follows.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadline::CallPolicy;
+use deadline::plan::{DEFAULT_MARGIN, DEFAULT_MIN_USEFUL};
+use deadline_http::DeadlineContext;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio::time::Instant;
+use tokio_postgres::NoTls;
+
+use crate::connection::Connection;
+use crate::error::{ConnectError, Error};
+use crate::record;
+
+/// The default smallest time left for a transaction to be begun (on top of the margin).
+pub const DEFAULT_TRANSACTION_MIN: Duration = Duration::from_millis(100);
+
+/// The default longest a connection whose statement was interrupted is kept out of the pool
+/// while it finishes (see [`DeadlinePool::drain_limit`]).
+pub const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// The default name of the database in traces and 504 bodies.
+pub const DEFAULT_NAME: &str = "postgres";
+
+/// The longest `statement_timeout` a deadline can give (an hour, the longest budget the HTTP
+/// layer accepts by default): the planner's per-attempt timeout.
+const LONGEST_STATEMENT: Duration = Duration::from_secs(3_600);
+
+/// What every statement from one pool follows.
+pub(crate) struct Settings {
+    /// The core's call policy: one attempt, the margin and the minimum useful time.
+    pub(crate) policy: CallPolicy,
+    pub(crate) transaction_min: Duration,
+    pub(crate) drain_limit: Duration,
+    /// Whether statements carry `statement_timeout` (default on).
+    pub(crate) server_limit: bool,
+    pub(crate) name: Arc<str>,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: Option<deadline_http::metrics::QueryMetrics>,
+}
+
+impl Settings {
+    fn policy(margin: Duration, min_useful: Duration) -> CallPolicy {
+        CallPolicy::builder()
+            .timeout(LONGEST_STATEMENT)
+            .attempts(1)
+            .margin(margin)
+            .min_useful(min_useful.max(Duration::from_millis(1)))
+            .build()
+            // One attempt and an hour's timeout: only a margin plus minimum useful time above
+            // an hour is refused, and it is clamped here.
+            .unwrap_or_else(|_| {
+                CallPolicy::builder()
+                    .timeout(LONGEST_STATEMENT)
+                    .attempts(1)
+                    .margin(DEFAULT_MARGIN)
+                    .min_useful(DEFAULT_MIN_USEFUL)
+                    .build()
+                    .expect("the default policy is valid")
+            })
+    }
+}
+
+/// A pool of PostgreSQL connections whose statements run inside the current request's deadline.
+///
+/// Cloning is cheap: clones share the pool and its settings.
+#[derive(Clone)]
+pub struct DeadlinePool {
+    pool: Pool,
+    settings: Arc<Settings>,
+}
+
+impl fmt::Debug for DeadlinePool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeadlinePool")
+            .field("name", &self.settings.name)
+            .field("margin", &self.settings.policy.margin())
+            .field("min_useful", &self.settings.policy.min_useful())
+            .field("transaction_min", &self.settings.transaction_min)
+            .field("status", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeadlinePool {
+    /// Wraps a deadpool-postgres pool (built by the application, with any manager and pool
+    /// settings; its connections must be plain TCP or Unix sockets, as the cancel request is
+    /// sent without TLS). The margin and minimum useful time default to the HTTP client's
+    /// (50 ms each), the transaction minimum to 100 ms.
+    pub fn new(pool: Pool) -> DeadlinePool {
+        DeadlinePool {
+            pool,
+            settings: Arc::new(Settings {
+                policy: Settings::policy(DEFAULT_MARGIN, DEFAULT_MIN_USEFUL),
+                transaction_min: DEFAULT_TRANSACTION_MIN,
+                drain_limit: DEFAULT_DRAIN_LIMIT,
+                server_limit: true,
+                name: Arc::from(DEFAULT_NAME),
+                #[cfg(feature = "metrics")]
+                metrics: None,
+            }),
+        }
+    }
+
+    /// A pool of up to `max_size` connections to the database `url` names
+    /// (`postgres://USER@HOST:PORT/DATABASE`, or tokio-postgres's `key=value` form), checked
+    /// by opening one connection now, so a bad URL or an unreachable database is an error here
+    /// and not at the first request. Without a `connect_timeout` in the URL, connecting gives
+    /// up after 5 s.
+    pub async fn connect(url: &str, max_size: usize) -> Result<DeadlinePool, ConnectError> {
+        let mut config: tokio_postgres::Config =
+            url.parse()
+                .map_err(|e: tokio_postgres::Error| ConnectError::BadUrl {
+                    reason: e.to_string(),
+                })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        let target = describe_hosts(&config);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(max_size.max(1))
+            .build()
+            .map_err(ConnectError::Pool)?;
+        match pool.get().await {
+            Ok(connection) => drop(connection),
+            Err(e) => {
+                return Err(ConnectError::Unreachable {
+                    target,
+                    source: Box::new(e),
+                });
+            }
+        }
+        Ok(DeadlinePool::new(pool))
+    }
+
+    fn settings_mut(&mut self) -> &mut Settings {
+        // Builder methods run before the pool is shared; a clone made earlier keeps its own.
+        if Arc::get_mut(&mut self.settings).is_none() {
+            let s = &self.settings;
+            self.settings = Arc::new(Settings {
+                policy: s.policy,
+                transaction_min: s.transaction_min,
+                drain_limit: s.drain_limit,
+                server_limit: s.server_limit,
+                name: s.name.clone(),
+                #[cfg(feature = "metrics")]
+                metrics: s.metrics.clone(),
+            });
+        }
+        Arc::get_mut(&mut self.settings).expect("just made unique")
+    }
+
+    /// The time kept back from the cutoff for the answer to come back from the database
+    /// (default 50 ms, as the HTTP client's): a statement runs with `statement_timeout` at
+    /// most what is left less this.
+    pub fn margin(mut self, margin: Duration) -> DeadlinePool {
+        let s = self.settings_mut();
+        s.policy = Settings::policy(margin, s.policy.min_useful());
+        self
+    }
+
+    /// The smallest `statement_timeout` worth sending a statement with (default 50 ms; at least
+    /// 1 ms): with less than this plus the margin left, the statement is not sent.
+    pub fn min_useful(mut self, min_useful: Duration) -> DeadlinePool {
+        let s = self.settings_mut();
+        s.policy = Settings::policy(s.policy.margin(), min_useful);
+        self
+    }
+
+    /// The smallest time left (on top of the margin) for a transaction to be begun (default
+    /// 100 ms): a transaction is several statements, so it needs more than one.
+    pub fn transaction_min(mut self, transaction_min: Duration) -> DeadlinePool {
+        self.settings_mut().transaction_min = transaction_min;
+        self
+    }
+
+    /// How long a connection whose statement was interrupted (cancelled, cut at the deadline,
+    /// or dropped outside any deadline) is kept out of the pool waiting for the statement to
+    /// end (default 10 s); past it the connection is closed instead of being handed out.
+    pub fn drain_limit(mut self, drain_limit: Duration) -> DeadlinePool {
+        self.settings_mut().drain_limit = drain_limit;
+        self
+    }
+
+    /// Whether statements under a deadline carry `statement_timeout` (default `true`). Turn
+    /// it off only behind a pooler that refuses `SET`: the statement is then stopped only by
+    /// the cancel request at its local timer, so a process that dies (or a cancel that cannot
+    /// reach the server) leaves it running to its end.
+    pub fn statement_timeout(mut self, on: bool) -> DeadlinePool {
+        self.settings_mut().server_limit = on;
+        self
+    }
+
+    /// The database's name in `504` bodies and errors (default `postgres`).
+    pub fn name(mut self, name: impl Into<String>) -> DeadlinePool {
+        self.settings_mut().name = Arc::from(name.into());
+        self
+    }
+
+    /// Counts statements and pool waits in `metrics` (`deadline_queries_total`,
+    /// `deadline_query_seconds`, `deadline_pool_wait_seconds`).
+    #[cfg(feature = "metrics")]
+    pub fn record_metrics(
+        mut self,
+        metrics: &deadline_http::metrics::ServiceMetrics,
+    ) -> DeadlinePool {
+        self.settings_mut().metrics = Some(metrics.queries());
+        self
+    }
+
+    /// The deadpool pool underneath (its status, its size).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// A connection from the pool. Inside a request with a deadline, the wait ends when a
+    /// statement could no longer be sent (the cutoff less the margin and the minimum useful
+    /// time), with [`Error::PoolTimeout`]; the wait is a `pool` span in the trace when it took
+    /// a millisecond or more, and is observed in `deadline_pool_wait_seconds`. Outside any
+    /// deadline it waits as deadpool does.
+    pub async fn get(&self) -> Result<Connection, Error> {
+        let context = DeadlineContext::current();
+        let cutoff = context.as_ref().and_then(DeadlineContext::cutoff);
+        let start = Instant::now();
+        let object = match cutoff {
+            None => {
+                let got = self.pool.get().await;
+                record::pool_wait(&self.settings, context.as_ref(), start, got.is_ok());
+                got.map_err(Error::Pool)?
+            }
+            Some(cutoff) => {
+                let needed = self.settings.policy.margin() + self.settings.policy.min_useful();
+                let cutoff = Instant::from_std(cutoff.instant());
+                let give_up = cutoff.checked_sub(needed).unwrap_or(start);
+                match tokio::time::timeout_at(give_up, self.pool.get()).await {
+                    Ok(got) => {
+                        record::pool_wait(&self.settings, context.as_ref(), start, got.is_ok());
+                        got.map_err(Error::Pool)?
+                    }
+                    Err(_) => {
+                        record::pool_wait(&self.settings, context.as_ref(), start, false);
+                        return Err(Error::PoolTimeout {
+                            target: self.settings.name.to_string(),
+                            waited: Instant::now().saturating_duration_since(start),
+                        });
+                    }
+                }
+            }
+        };
+        Ok(Connection::new(object, Arc::clone(&self.settings)))
+    }
+}
+
+/// `host:port` for each host the configuration names, for error messages.
+fn describe_hosts(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+                #[cfg(unix)]
+                tokio_postgres::config::Host::Unix(path) => {
+                    format!("{}/.s.PGSQL.{port}", path.display())
+                }
+            }
+        })
+        .collect();
+    if hosts.is_empty() {
+        "the default host (localhost:5432)".to_owned()
+    } else {
+        hosts.join(", ")
+    }
+}

@@ -1,0 +1,365 @@
+//! One test per rule; each says which rule it checks and fails when that rule is removed.
+
+use std::time::Duration;
+
+use deadline_http::metrics::{DeadlineMetrics, Registry};
+use deadline_postgres::{ConnectError, DeadlinePool, Error};
+use tokio::time::Instant;
+
+use crate::support::{Watcher, context, marker, outcomes, pool, setting_ms};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Rule: with less than the minimum useful time plus the margin left (50 + 50 ms by default),
+/// the statement is not sent: a typed deadline error (504), a `not-sent` span, a count, and
+/// the server never sees it. A transaction is not begun with less than its own minimum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_is_not_sent_without_time_for_it() {
+    let mut registry = Registry::default();
+    let metrics = DeadlineMetrics::register(&mut registry).service("svc");
+    let pool = pool(1).await.record_metrics(&metrics);
+    let watcher = Watcher::new().await;
+    let mut conn = pool.get().await.unwrap();
+    let pid: i32 = conn
+        .client()
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let mark = marker("notsent");
+
+    let ctx = context(80);
+    let sql = format!("SELECT 1 /* {mark} */");
+    let result = ctx.clone().scope(conn.query(sql.as_str(), &[])).await;
+    let err = result.expect_err("80 ms left, a statement needs 100 ms");
+    assert!(matches!(err, Error::NotSent { .. }), "{err}");
+    assert!(err.is_deadline());
+    assert_eq!(
+        err.deadline_exceeded().unwrap().to_string(),
+        "deadline exceeded while calling postgres"
+    );
+    assert_eq!(outcomes(&ctx, "query"), ["not-sent"]);
+    assert!(
+        !watcher.last_query(pid).await.contains(&mark),
+        "the statement reached the server"
+    );
+    let text = deadline_http::metrics::encode(&registry).unwrap();
+    assert!(
+        text.contains("deadline_queries_total{service=\"svc\",outcome=\"not_sent\"} 1"),
+        "{text}"
+    );
+
+    // 130 ms is enough for a statement (100 ms), not for a transaction (50 + 100 ms).
+    let ctx = context(130);
+    let err = ctx
+        .clone()
+        .scope(conn.transaction())
+        .await
+        .expect_err("no transaction");
+    assert!(matches!(err, Error::TransactionNotBegun { .. }), "{err}");
+    assert!(err.is_deadline());
+    assert!(
+        !watcher
+            .last_query(pid)
+            .await
+            .to_lowercase()
+            .starts_with("begin")
+    );
+    let row = ctx
+        .clone()
+        .scope(conn.query_one("SELECT 1", &[]))
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1, "the statement alone still fits");
+}
+
+/// Rule: a statement under a deadline runs with `statement_timeout` at most what is left less
+/// the margin, the server stops it there, and the next user of the pooled connection (outside
+/// any deadline) runs with the server's default, inside a transaction or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_is_applied_and_not_leaked() {
+    let pool = pool(1).await;
+    let conn = pool.get().await.unwrap();
+    let default: String = conn
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    drop(conn);
+
+    let ctx = context(800);
+    let start = Instant::now();
+    let conn = pool.get().await.unwrap();
+    let seen: String = ctx
+        .clone()
+        .scope(conn.query_one("SELECT current_setting('statement_timeout')", &[]))
+        .await
+        .unwrap()
+        .get(0);
+    let limit = setting_ms(&seen);
+    let left =
+        800 - u64::try_from(Instant::now().saturating_duration_since(start).as_millis()).unwrap();
+    assert!(
+        (500..=750).contains(&limit),
+        "statement_timeout {seen} with {left} ms left"
+    );
+    assert_eq!(outcomes(&ctx, "query"), ["ok"]);
+    drop(conn);
+
+    // The server stops a statement that would outlast the deadline.
+    let ctx = context(600);
+    let conn = pool.get().await.unwrap();
+    let start = Instant::now();
+    let err = ctx
+        .clone()
+        .scope(conn.query("SELECT pg_sleep(2)", &[]))
+        .await
+        .expect_err("stopped at the deadline");
+    let took = Instant::now().saturating_duration_since(start);
+    assert!(err.is_deadline(), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Deadline {
+                server: Some(_),
+                ..
+            }
+        ),
+        "the server's own limit stopped it: {err}"
+    );
+    assert!(took < ms(600), "stopped after {took:?}");
+    drop(conn);
+
+    // The next user, outside any deadline, has the server's default again.
+    let conn = pool.get().await.unwrap();
+    let after: String = conn
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(after, default, "the deadline's statement_timeout leaked");
+
+    // Inside a transaction: SET LOCAL, gone when it ends.
+    let mut conn = conn;
+    let ctx = context(900);
+    let seen = ctx
+        .clone()
+        .scope(async {
+            let tx = conn.transaction().await.unwrap();
+            let seen: String = tx
+                .query_one("SELECT current_setting('statement_timeout')", &[])
+                .await
+                .unwrap()
+                .get(0);
+            tx.commit().await.unwrap();
+            seen
+        })
+        .await;
+    assert!(
+        setting_ms(&seen) <= 850 && setting_ms(&seen) >= 500,
+        "{seen}"
+    );
+    let after: String = conn
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(after, default, "the transaction's statement_timeout leaked");
+}
+
+/// Rule: when the local timer fires, the statement is cancelled on the server (a cancel
+/// request), and it is gone from `pg_stat_activity` within 100 ms of the error. The server's
+/// own limit is off here, so only the cancel can stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_is_cancelled_on_the_server_at_the_deadline() {
+    let pool = pool(1).await.statement_timeout(false);
+    let watcher = Watcher::new().await;
+    let mark = marker("deadline");
+    let ctx = context(600);
+    let conn = pool.get().await.unwrap();
+    let sql = format!("SELECT pg_sleep(2) /* {mark} */");
+    let start = Instant::now();
+    let err = ctx
+        .clone()
+        .scope(conn.query(sql.as_str(), &[]))
+        .await
+        .expect_err("cut");
+    let took = Instant::now().saturating_duration_since(start);
+    assert!(matches!(err, Error::Deadline { server: None, .. }), "{err}");
+    assert!(took < ms(700), "the error came after {took:?}");
+    let gone = watcher.gone_within(&mark, ms(1_000)).await;
+    assert!(
+        gone.is_some_and(|g| g <= ms(100)),
+        "still running {gone:?} after the deadline error"
+    );
+    assert_eq!(outcomes(&ctx, "query"), ["deadline"]);
+}
+
+/// Rule: when the caller hangs up mid-statement (its future is dropped), the statement is
+/// cancelled on the server, gone from `pg_stat_activity` within 100 ms, and recorded
+/// `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_is_cancelled_on_the_server_when_the_caller_hangs_up() {
+    let pool = pool(1).await;
+    let watcher = Watcher::new().await;
+    let mark = marker("hangup");
+    let ctx = context(3_000);
+    let conn = pool.get().await.unwrap();
+    let sql = format!("SELECT pg_sleep(2) /* {mark} */");
+    let call = ctx.clone().scope(conn.query(sql.as_str(), &[]));
+    let hung_up = tokio::time::timeout(ms(300), call).await;
+    assert!(hung_up.is_err(), "the statement should still be running");
+    let gone = watcher.gone_within(&mark, ms(1_500)).await;
+    assert!(
+        gone.is_some_and(|g| g <= ms(100)),
+        "still running {gone:?} after the caller left"
+    );
+    assert_eq!(outcomes(&ctx, "query"), ["cancelled"]);
+}
+
+/// Rule: a connection whose statement was interrupted goes back to the pool only once the
+/// statement has ended, with the server's default `statement_timeout`. Outside a deadline
+/// nothing is cancelled (plain tokio-postgres), so the next user waits for the statement to end
+/// instead of getting the connection mid-statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_never_hands_out_a_connection_mid_statement() {
+    let pool = pool(1).await;
+    let watcher = Watcher::new().await;
+    let mark = marker("handback");
+    let conn = pool.get().await.unwrap();
+    let default: String = conn
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let sql = format!("SELECT pg_sleep(1) /* {mark} */");
+    let start = Instant::now();
+    let dropped = tokio::time::timeout(ms(200), conn.query(sql.as_str(), &[])).await;
+    assert!(dropped.is_err());
+    drop(conn);
+    let next = pool.get().await.unwrap();
+    let waited = Instant::now().saturating_duration_since(start);
+    assert!(
+        !watcher.active(&mark).await,
+        "handed out after {waited:?} while the statement still ran"
+    );
+    assert!(waited >= ms(900), "handed out after {waited:?}");
+    let after: String = next
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(after, default);
+    drop(next);
+
+    // The same under a deadline: cancelled, then back clean.
+    let mark = marker("handback_deadline");
+    let sql = format!("SELECT pg_sleep(2) /* {mark} */");
+    let ctx = context(3_000);
+    let conn = pool.get().await.unwrap();
+    let dropped =
+        tokio::time::timeout(ms(200), ctx.clone().scope(conn.query(sql.as_str(), &[]))).await;
+    assert!(dropped.is_err());
+    drop(conn);
+    let next = pool.get().await.unwrap();
+    assert!(!watcher.active(&mark).await, "handed out mid-statement");
+    let after: String = next
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(after, default, "the cancelled statement's limit leaked");
+    let row = next.query_one("SELECT 41 + 1", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 42);
+}
+
+/// Rule: outside any deadline a statement is plain tokio-postgres: the server's default
+/// `statement_timeout`, no cancel when its future is dropped (the statement runs on), no span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_deadline_it_is_plain_tokio_postgres() {
+    let pool = pool(2).await;
+    let watcher = Watcher::new().await;
+    let conn = pool.get().await.unwrap();
+    let default: String = conn
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let seen: String = conn
+        .query_one("SELECT current_setting('statement_timeout')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(seen, default, "a statement without a deadline got a limit");
+    let mark = marker("plain");
+    let sql = format!("SELECT pg_sleep(0.6) /* {mark} */");
+    let dropped = tokio::time::timeout(ms(100), conn.query(sql.as_str(), &[])).await;
+    assert!(dropped.is_err());
+    tokio::time::sleep(ms(150)).await;
+    assert!(
+        watcher.active(&mark).await,
+        "plain tokio-postgres does not cancel a dropped statement"
+    );
+    // A context with no deadline: a span, nothing else.
+    let no_deadline = deadline_http::DeadlineContext::new(None, Duration::ZERO, Instant::now());
+    let other = pool.get().await.unwrap();
+    let seen: String = no_deadline
+        .clone()
+        .scope(other.query_one("SELECT current_setting('statement_timeout')", &[]))
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(seen, default);
+    assert_eq!(outcomes(&no_deadline, "query"), ["ok"]);
+}
+
+/// Rule: when every connection is taken, a request waits for one only while a statement could
+/// still be sent (its cutoff less the margin and the minimum useful time), then gives up with
+/// a deadline error and a `pool` span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_an_exhausted_pool_give_up_at_their_deadline() {
+    let pool = pool(1).await;
+    let held = pool.get().await.unwrap();
+    let ctx = context(400);
+    let start = Instant::now();
+    let waited = tokio::time::timeout(ms(3_000), ctx.clone().scope(pool.get()))
+        .await
+        .expect("the waiter gave up on its own");
+    let took = Instant::now().saturating_duration_since(start);
+    let err = waited.expect_err("no connection was free");
+    assert!(matches!(err, Error::PoolTimeout { .. }), "{err}");
+    assert!(err.is_deadline());
+    // 400 ms less 100 ms that a statement needs.
+    assert!(took >= ms(280) && took < ms(400), "gave up after {took:?}");
+    assert_eq!(outcomes(&ctx, "pool"), ["deadline"]);
+    drop(held);
+    assert!(pool.get().await.is_ok());
+}
+
+/// Rule: a bad URL, or a database that cannot be reached, is a clear error when the pool is
+/// made, not at the first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_url_or_an_unreachable_database_is_a_clear_error() {
+    let err = DeadlinePool::connect("postgres://postgres@127.0.0.1:notaport/test", 1)
+        .await
+        .expect_err("a bad URL");
+    assert!(matches!(err, ConnectError::BadUrl { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("invalid PostgreSQL connection URL"),
+        "{err}"
+    );
+
+    // Port 9 (discard) on loopback: nothing listens there.
+    let err = DeadlinePool::connect("postgres://postgres@127.0.0.1:9/test", 1)
+        .await
+        .expect_err("nothing listens");
+    assert!(matches!(err, ConnectError::Unreachable { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("cannot connect to PostgreSQL at 127.0.0.1:9"),
+        "{text}"
+    );
+}
