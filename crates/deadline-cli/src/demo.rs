@@ -64,6 +64,11 @@ pub(crate) struct DemoArgs {
     /// work after the user left.
     #[arg(long, requires = "peer")]
     peer_check: bool,
+    /// Inventory's work becomes `SELECT pg_sleep(S)` on this PostgreSQL database
+    /// (postgres://USER@HOST:PORT/DATABASE), and each run reports the database's own time
+    /// after the user left, sampled from `pg_stat_activity`.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
 }
 
 /// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
@@ -87,6 +92,13 @@ pub(crate) struct DemoRun {
     worker_ms_after_user_left: f64,
     user_trace: Option<String>,
     user_body: Option<String>,
+    /// With `--postgres`: the database's own figures, from `pg_stat_activity`.
+    #[serde(flatten)]
+    database: Option<crate::pg::DbFigures>,
+    /// With `--postgres`: ms from the moment the user stopped waiting to the first sample of
+    /// `pg_stat_activity` with none of inventory's statements active.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    db_empty_ms_after_user_left: Option<f64>,
     #[serde(skip)]
     holds: Vec<HoldLine>,
     #[serde(skip)]
@@ -138,18 +150,38 @@ async fn run_once(
     } else {
         "demo-without"
     };
+    let mut inventory = vec!["--work".into(), args.inventory_work.to_string()];
+    let tag = crate::pg::run_tag(label);
+    if let Some(url) = &args.postgres {
+        inventory.extend([
+            "--postgres".into(),
+            url.clone(),
+            "--postgres-tag".into(),
+            tag.clone(),
+        ]);
+    }
     let hops = args.protocol.on(with_margin(
-        Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()]).hops(deadlines),
+        Scenario::reference(inventory).hops(deadlines),
         args.margin,
     ));
     let chain = Chain::start(label, &hops, placement).await?;
+    let sampler = match &args.postgres {
+        Some(url) => Some(crate::pg::Sampler::start(url, &tag).await?),
+        None => None,
+    };
     let client = Users::new(args.protocol);
     let url = format!("{}/order/42", chain.edge_url());
     let wait = Duration::from_millis(args.user_wait);
     let budget = user_budget(args.user_wait, args.margin);
     let user = client.one(&url, "demo-1", Some(budget), wait).await?;
     let holds = chain.stop().await?;
-    Ok(summarize(deadlines, &user, holds, user.sent_ms))
+    let mut run = summarize(deadlines, &user, holds, user.sent_ms);
+    if let Some(sampler) = sampler {
+        let activity = sampler.stop().await?;
+        run.database = Some(activity.figures(|_| Some(user.left_ms)));
+        run.db_empty_ms_after_user_left = activity.empty_after(user.left_ms);
+    }
+    Ok(run)
 }
 
 /// The run's figures from what the user saw and every hold the services logged.
@@ -175,6 +207,8 @@ fn summarize(deadlines: bool, user: &UserResult, holds: Vec<HoldLine>, start_ms:
         worker_ms_after_user_left: holds.iter().map(|h| h.worked_after(left_at)).sum(),
         user_trace: user.trace.clone(),
         user_body: user.body.clone(),
+        database: None,
+        db_empty_ms_after_user_left: None,
         holds,
         start_ms,
     }
@@ -436,6 +470,20 @@ fn print_run(run: &DemoRun) {
         "  waste      {:.0} ms of worker time after the user left (of {:.0} ms)",
         run.worker_ms_after_user_left, run.worker_ms
     );
+    if let Some(db) = &run.database {
+        println!(
+            "  database   {:.2} s of statements, {:.2} s after the user left (pg_stat_activity: {} samples, gaps up to {:.0} ms)",
+            db.db_seconds, db.db_seconds_after_users_left, db.db_samples, db.db_sample_gap_max_ms
+        );
+        match run.db_empty_ms_after_user_left {
+            Some(ms) => println!(
+                "             no inventory statement active {ms:.0} ms after the user left"
+            ),
+            None => {
+                println!("             inventory statements still active when sampling stopped")
+            }
+        }
+    }
     if let Some(trace) = &run.user_trace {
         let tree = deadline::Trace::decode(trace.as_bytes());
         if let Some(line) = innermost(&tree) {
@@ -455,7 +503,14 @@ fn innermost(trace: &deadline::Trace) -> Option<String> {
         depth: usize,
         best: &mut Option<(usize, &'a deadline::Span)>,
     ) {
-        let is_hop = ![name::QUEUE, name::WORK, name::ATTEMPT].contains(&span.name.as_str())
+        let is_hop = ![
+            name::QUEUE,
+            name::WORK,
+            name::ATTEMPT,
+            name::QUERY,
+            name::POOL,
+        ]
+        .contains(&span.name.as_str())
             && !name::is_call(&span.name);
         if is_hop && best.is_none_or(|(d, _)| depth >= d) {
             *best = Some((depth, span));
@@ -509,6 +564,12 @@ fn print_comparison(runs: &[DemoRun]) {
         "worker time after the user left: {:.0} ms, not {:.0} ms.",
         with.worker_ms_after_user_left, without.worker_ms_after_user_left
     );
+    if let (Some(w), Some(wo)) = (&with.database, &without.database) {
+        println!(
+            "database time after the user left: {:.2} s, not {:.2} s.",
+            w.db_seconds_after_users_left, wo.db_seconds_after_users_left
+        );
+    }
 }
 
 impl DemoRun {
@@ -544,6 +605,7 @@ impl DemoRun {
             calls: self.calls,
             calls_after_user_left: self.calls_after_user_left,
             last_work_end_ms: self.last_work_end_ms,
+            db_seconds_after_user_left: self.database.map(|d| d.db_seconds_after_users_left),
         }
     }
 }
@@ -565,6 +627,7 @@ mod tests {
 
     fn run(deadlines: bool, status: Option<u16>, calls_after: usize, ms_after: f64) -> DemoRun {
         DemoRun {
+            chain: None,
             deadlines,
             user_status: status,
             user_grpc_status: None,
@@ -579,6 +642,8 @@ mod tests {
             user_body: None,
             holds: Vec::new(),
             start_ms: 0.0,
+            database: None,
+            db_empty_ms_after_user_left: None,
         }
     }
 

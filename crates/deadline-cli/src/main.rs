@@ -15,6 +15,7 @@ mod jobs;
 mod load;
 mod outage;
 mod peer;
+mod pg;
 mod placement;
 mod service;
 mod shutdown;
@@ -35,6 +36,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process: the size does not matter
 enum Command {
     /// Serve any GET path: wait for a worker slot, work, then call a downstream if one is set.
     Service(service::ServiceArgs),

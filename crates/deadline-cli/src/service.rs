@@ -194,6 +194,8 @@ pub(crate) struct ServiceArgs {
     /// the budget that ran out; 0 retries it whenever there is time.
     #[arg(long, default_value_t = 0.5)]
     pub retry_504_share: f64,
+    #[command(flatten)]
+    pub postgres: crate::pg::PostgresArgs,
 }
 
 /// What the handler needs for every request of one service: its name, how long to work, the
@@ -211,6 +213,8 @@ struct HandlerConfig {
     per_attempt: Option<PerAttempt>,
     /// Whether the downstream is called with gRPC.
     grpc_downstream: bool,
+    /// With `--postgres`: the work is a statement on this database.
+    database: Option<crate::pg::Database>,
 }
 
 fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
@@ -299,6 +303,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let mut registry = deadline_http::metrics::Registry::default();
     let metrics = DeadlineMetrics::register(&mut registry).service(args.name.clone());
     let registry = Arc::new(registry);
+    let database = crate::pg::Database::connect(
+        &args.postgres,
+        &args.name,
+        args.slots,
+        Duration::from_millis(args.margin),
+        &metrics,
+    )
+    .await?;
     let downstream = match (&args.downstream, policy) {
         (Some(url), Some(policy)) => {
             let target = args
@@ -349,6 +361,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         outage: args.outage.map(Outage::new),
         per_attempt: args.slow_per_attempt.then(PerAttempt::default),
         grpc_downstream: args.downstream_protocol == DownstreamProtocol::Grpc,
+        database,
     });
 
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
@@ -623,7 +636,14 @@ async fn handle(
     };
     let work = if slow { config.slow_work } else { config.work };
     let started = Instant::now();
-    tokio::time::sleep(work).await;
+    match &config.database {
+        Some(database) => {
+            if let Err(answer) = database.work(&config.name, &id, work).await {
+                return Ok(answer);
+            }
+        }
+        None => tokio::time::sleep(work).await,
+    }
 
     let Some((base, client)) = &config.downstream else {
         return Ok(text(

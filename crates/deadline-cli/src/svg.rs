@@ -88,6 +88,8 @@ pub(crate) struct TimelineRun<'a> {
     pub(crate) calls_after_user_left: usize,
     /// When the last piece of work ended, in ms from the start.
     pub(crate) last_work_end_ms: f64,
+    /// With `--postgres`: the database's time after the user left, in seconds.
+    pub(crate) db_seconds_after_user_left: Option<f64>,
 }
 
 /// One load run as the chart draws it.
@@ -99,6 +101,8 @@ pub(crate) struct ChartLine<'a> {
     pub(crate) in_time_share: f64,
     /// Share answered in time among users sent in each second of the run.
     pub(crate) in_time_share_by_second: &'a [f64],
+    /// With `--postgres`: the database's time after users left, in seconds.
+    pub(crate) db_seconds_after_users_left: Option<f64>,
 }
 
 /// The demo's timeline: for each run, one row per service and one bar per worker hold, split at
@@ -187,6 +191,10 @@ pub(crate) fn demo_timeline(runs: &[TimelineRun<'_>], user_wait_ms: f64) -> Stri
             run.calls_after_user_left,
             run.last_work_end_ms / 1_000.0
         );
+        let title = match run.db_seconds_after_user_left {
+            Some(s) => format!("{title}; database {s:.2} s after the user left"),
+            None => title,
+        };
         let _ = writeln!(
             out,
             r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
@@ -404,6 +412,10 @@ pub(crate) fn load_chart(runs: &[ChartLine<'_>], subtitle: &str) -> String {
             },
             run.in_time_share * 100.0
         );
+        let label = match run.db_seconds_after_users_left {
+            Some(s) => format!("{label}, database {s:.1} s after users left"),
+            None => label,
+        };
         let ly = height - 18.0;
         let _ = writeln!(
             out,
@@ -416,7 +428,11 @@ pub(crate) fn load_chart(runs: &[ChartLine<'_>], subtitle: &str) -> String {
             legend_x + 20.0,
             escape(&label)
         );
-        legend_x += 300.0;
+        legend_x += if run.db_seconds_after_users_left.is_some() {
+            460.0
+        } else {
+            300.0
+        };
     }
     out.push_str("</svg>\n");
     out

@@ -76,7 +76,7 @@ use deadline::plan::backoff::{Backoff, Delayed, PacedDecision};
 use deadline::plan::retry::{self, Callee504, LastAnswer, RetryRules, is_idempotent};
 use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
 use deadline::trace::{Span, TRACE_HEADER, Trace, name, outcome};
-use deadline::{CallPolicy, Deadline, Plan, Stop};
+use deadline::{Deadline, Plan, Stop};
 use deadline_http::propagate::{AttemptEnd, BodyError, CallBody, DEFAULT_MAX_BODY, Draws};
 use deadline_http::{
     AttemptSkipped, CallError, DeadlineContext, DeadlineExceeded, IDEMPOTENCY_KEY,

@@ -334,6 +334,8 @@ async fn a_callee_504_is_retried_only_with_half_its_budget() {
             assert!(text.contains("=skipped-504"), "{text}");
         }
     }
+}
+
 /// A downstream whose `/big` answers an endless chunked body and whose `/stall` sends five bytes
 /// of a 1,000-byte body and then nothing. Reports each connection's end on the channel.
 async fn hostile() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<()>) {

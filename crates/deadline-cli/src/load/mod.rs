@@ -142,6 +142,11 @@ pub(crate) struct LoadArgs {
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
+    /// Inventory's work becomes `SELECT pg_sleep(S)` on this PostgreSQL database
+    /// (postgres://USER@HOST:PORT/DATABASE), with the same slowness rules, and each run reports
+    /// the database's own time after users left, sampled from `pg_stat_activity`.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
 }
 
 /// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
@@ -214,6 +219,9 @@ pub(crate) struct LoadRun {
     outage: Option<outage::OutageFigures>,
     /// How each class of `--budget-mix` fared (empty without it).
     budget_classes: Vec<mix::ClassFigures>,
+    /// With `--postgres`: the database's own figures, from `pg_stat_activity`.
+    #[serde(flatten)]
+    database: Option<crate::pg::DbFigures>,
 }
 
 #[derive(Debug, Serialize)]
@@ -332,7 +340,17 @@ async fn run_once(
         "load-without"
     };
     let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
-<<<<<<< HEAD
+    let tag = crate::pg::run_tag(label);
+    if let Some(url) = &args.postgres {
+        if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+            inventory.args.extend([
+                "--postgres".to_owned(),
+                url.clone(),
+                "--postgres-tag".to_owned(),
+                tag.clone(),
+            ]);
+        }
+    }
     if deadlines {
         if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
             inventory
@@ -346,18 +364,14 @@ async fn run_once(
                     .args
                     .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
             }
-=======
-    if deadlines && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
-        inventory
-            .args
-            .extend(["--queue".to_owned(), args.queue.to_string()]);
-        if args.admission {
-            inventory.args.push("--admission".to_owned());
->>>>>>> broker
         }
     }
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);
     let chain = Chain::start(label, &hops, placement).await?;
+    let sampler = match &args.postgres {
+        Some(url) => Some(crate::pg::Sampler::start(url, &tag).await?),
+        None => None,
+    };
     let client = Users::new(args.protocol);
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
@@ -419,7 +433,15 @@ async fn run_once(
     let service_metrics = metrics::read_all(&chain).await?;
     let (holds, services) = chain.stop_with_usage().await?;
     let generator = ProcessUsage::of("generator", None);
+    let left: HashMap<String, f64> = outcomes
+        .iter()
+        .map(|o| (o.id.clone(), o.left_at_ms))
+        .collect();
     let mut run = summarize(args, deadlines, outcomes, &holds, start_wall);
+    if let Some(sampler) = sampler {
+        let activity = sampler.stop().await?;
+        run.database = Some(activity.figures(|id| left.get(id).copied()));
+    }
     run.services = services;
     run.generator_cpu_ms = generator
         .cpu_ms
@@ -590,6 +612,7 @@ fn summarize(
         shed,
         shed_p99_ms: percentile(refusals, 0.99),
         inventory_worker_ms_on_missed,
+        database: None,
         calls_per_request_in_outage: outage
             .as_ref()
             .map(|o| o.inventory_calls as f64 / o.users as f64),
@@ -684,6 +707,28 @@ fn check(runs: &[LoadRun]) -> Check {
                     with.wasted_share * 100.0
                 ));
             }
+            if let (Some(w), Some(wo)) = (with.database, without.database) {
+                if w.db_seconds <= 0.0 || wo.db_seconds <= 0.0 {
+                    failures.push(
+                        "pg_stat_activity showed no inventory statement in a run (the sampler saw nothing)"
+                            .to_owned(),
+                    );
+                }
+                if w.db_seconds_after_users_left >= 0.01 * w.db_seconds {
+                    failures.push(format!(
+                        "with deadlines the database worked {:.2} s after users left, {:.2} % of its {:.1} s (needs < 1 %)",
+                        w.db_seconds_after_users_left,
+                        w.db_seconds_after_users_left / w.db_seconds.max(f64::MIN_POSITIVE) * 100.0,
+                        w.db_seconds
+                    ));
+                }
+                if wo.db_seconds_after_users_left <= w.db_seconds_after_users_left {
+                    failures.push(format!(
+                        "without deadlines the database worked only {:.2} s after users left, not more than with them",
+                        wo.db_seconds_after_users_left
+                    ));
+                }
+            }
             if without.wasted_share <= 0.5 {
                 failures.push(format!(
                     "without deadlines only {:.1} % of worker time was wasted (the scenario needs > 50 % to make its point)",
@@ -734,6 +779,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
                 deadlines: run.deadlines,
                 in_time_share: run.in_time_share,
                 in_time_share_by_second: &run.in_time_share_by_second,
+                db_seconds_after_users_left: run.database.map(|d| d.db_seconds_after_users_left),
             })
             .collect();
         let picture = svg::load_chart(&lines, &args.describe());

@@ -184,6 +184,27 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
             .map(|r| format!("{:.2} s", r.drain_ms / 1_000.0))
             .collect(),
     );
+    if runs.iter().any(|r| r.database.is_some()) {
+        row(
+            "database time (pg_stat_act.)",
+            runs.iter()
+                .map(|r| {
+                    r.database
+                        .map_or("-".to_owned(), |d| format!("{:.1} s", d.db_seconds))
+                })
+                .collect(),
+        );
+        row(
+            "  after users left",
+            runs.iter()
+                .map(|r| {
+                    r.database.map_or("-".to_owned(), |d| {
+                        format!("{:.1} s", d.db_seconds_after_users_left)
+                    })
+                })
+                .collect(),
+        );
+    }
     row(
         "sent rate, worst lateness",
         runs.iter()

@@ -14,6 +14,7 @@ mod limits;
 mod load;
 mod metrics;
 mod placement;
+mod postgres;
 mod service;
 mod trace;
 mod util;

@@ -428,7 +428,7 @@ fn below_capacity_nothing_is_shed_whatever_the_estimate() {
 }
 
 /// The simulation's figures for the documentation, one row per load and estimate bias:
-/// `cargo test -p deadline --lib simulated_overload_figures -- --nocapture` prints them. Each
+/// `cargo test -p deadline-core --lib simulated_overload_figures -- --nocapture` prints them. Each
 /// row's requests are all accounted for.
 #[test]
 fn simulated_overload_figures() {
@@ -454,6 +454,8 @@ fn simulated_overload_figures() {
             );
         }
     }
+}
+
 /// The reference overload (8 slots, 100 ms, 1 s budgets) with a cap of 200 ms on the expected
 /// wait: at 2x and 4x the requests answered in time waited at most the cap (the queue settles
 /// at the cap, so about the cap; without it, most of the 1 s budget), with the same goodput;

@@ -1,0 +1,133 @@
+//! `deadline service --postgres URL --query SQL` against the real PostgreSQL the tests use
+//! (`DEADLINE_TEST_POSTGRES`, default `postgres://postgres@127.0.0.1:5432/test`; started by
+//! `scripts/ensure-postgres.sh`). A test that cannot reach it fails.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::util::{Service, bin, get};
+
+fn url() -> String {
+    std::env::var("DEADLINE_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// How many statements containing `marker` are active, read with `psql`.
+fn active(marker: &str) -> u32 {
+    let sql = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
+         AND pid <> pg_backend_pid() AND query LIKE '%{marker}%'"
+    );
+    let out = Command::new("psql")
+        .args(["-Atqc", &sql, &url()])
+        .output()
+        .expect("psql runs (scripts/ensure-postgres.sh installs it)");
+    assert!(
+        out.status.success(),
+        "psql could not read pg_stat_activity at {}: {}",
+        url(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a count")
+}
+
+fn marker(name: &str) -> String {
+    format!("cli_{name}_{}", std::process::id())
+}
+
+#[test]
+fn a_bad_or_unreachable_database_is_a_clear_error_before_serving() {
+    let out = bin()
+        .args([
+            "service",
+            "--name",
+            "db",
+            "--postgres",
+            "postgres://postgres@127.0.0.1:9/test",
+        ])
+        .output()
+        .expect("the binary runs");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "it never said it was listening");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--postgres: cannot connect to PostgreSQL at 127.0.0.1:9"),
+        "{stderr}"
+    );
+
+    let out = bin()
+        .args([
+            "service",
+            "--name",
+            "db",
+            "--postgres",
+            "postgres://host:port:x/y",
+        ])
+        .output()
+        .expect("the binary runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid PostgreSQL connection URL"),
+        "{stderr}"
+    );
+
+    let out = bin()
+        .args(["service", "--name", "db", "--query", "SELECT 1"])
+        .output()
+        .expect("the binary runs");
+    assert!(!out.status.success(), "--query needs --postgres");
+}
+
+/// With enforcement the statement stops at the deadline (504, a `query` span `deadline`) and is
+/// gone from the database; with `--no-enforce` it runs to its end after the caller left.
+#[test]
+fn the_query_stops_at_the_deadline_unless_enforcement_is_off() {
+    let mark = marker("enforce");
+    let query = format!("SELECT pg_sleep(1.5) /* {mark} */");
+    let svc = Service::start(&["--name", "db", "--postgres", &url(), "--query", &query]);
+    let reply = get(&svc.addr, b"Deadline-Budget-Ms: 600\r\n");
+    assert_eq!(reply.status, 504, "{reply:?}");
+    assert!(reply.elapsed < Duration::from_millis(1_200), "{reply:?}");
+    let trace = reply.header("deadline-trace").expect("a trace");
+    assert!(
+        trace.contains("query@") && trace.contains("=deadline"),
+        "{trace}"
+    );
+    assert!(reply.body.contains("deadline exceeded at db"), "{reply:?}");
+    assert_eq!(active(&mark), 0, "the statement outlived the 504");
+    drop(svc);
+
+    let mark = marker("baseline");
+    let query = format!("SELECT pg_sleep(1.5) /* {mark} */");
+    let svc = Service::start(&[
+        "--name",
+        "db",
+        "--postgres",
+        &url(),
+        "--query",
+        &query,
+        "--no-enforce",
+    ]);
+    // The caller leaves after 300 ms (the timeout of this raw client).
+    let caller = std::net::TcpStream::connect(&svc.addr).expect("connects");
+    std::io::Write::write_all(
+        &mut &caller,
+        b"GET / HTTP/1.1\r\nHost: x\r\nDeadline-Budget-Ms: 300\r\n\r\n",
+    )
+    .expect("sent");
+    #[allow(clippy::disallowed_methods)] // the caller's real-time wait, then the database's
+    {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(caller);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        active(&mark),
+        1,
+        "without enforcement the statement runs on after the caller left"
+    );
+}
