@@ -45,6 +45,10 @@ pub(crate) struct DemoArgs {
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
+    /// Check the run with deadlines (see [`check`]) and exit non-zero when it fails: the user
+    /// heard back before giving up, and no call and no worker time came after the user left.
+    #[arg(long)]
+    check: bool,
 }
 
 /// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
@@ -74,6 +78,35 @@ pub(crate) struct DemoRun {
 #[derive(Debug, Serialize)]
 struct DemoReport<'a> {
     runs: &'a [DemoRun],
+    /// Present with `--check`: what failed (empty when it passed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    check_failures: Option<&'a [String]>,
+}
+
+/// What the run with deadlines promises, whatever the machine's speed: the user hears an
+/// answer before giving up, no call reaches a service after the user left, and no worker time
+/// is spent after it. Returns what failed; empty when it holds.
+fn check(runs: &[DemoRun]) -> Vec<String> {
+    let Some(with) = runs.iter().find(|r| r.deadlines) else {
+        return vec!["the check needs the run with deadlines".to_owned()];
+    };
+    let mut failures = Vec::new();
+    if with.user_status.is_none() {
+        failures.push("with deadlines the user gave up with no answer".to_owned());
+    }
+    if with.calls_after_user_left != 0 {
+        failures.push(format!(
+            "with deadlines {} calls came after the user left (needs 0)",
+            with.calls_after_user_left
+        ));
+    }
+    if with.worker_ms_after_user_left > 0.0 {
+        failures.push(format!(
+            "with deadlines {:.1} ms of worker time came after the user left (needs 0)",
+            with.worker_ms_after_user_left
+        ));
+    }
+    failures
 }
 
 /// The slow request once through a fresh chain, with or without deadlines.
@@ -174,18 +207,34 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         let picture = svg::demo_timeline(&timeline, args.user_wait as f64);
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
+    let failures = check(&runs);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&DemoReport { runs: &runs })?
-        );
+        let report = DemoReport {
+            runs: &runs,
+            check_failures: args.check.then_some(&failures),
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_comparison(&runs);
         if let Some(path) = &args.svg {
             println!("Timeline written to {}.", path.display());
         }
+        if args.check {
+            if failures.is_empty() {
+                println!("check: passed");
+            } else {
+                println!("check: FAILED");
+                for failure in &failures {
+                    println!("  - {failure}");
+                }
+            }
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if args.check && !failures.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn secs(ms: f64) -> String {
@@ -333,6 +382,47 @@ mod tests {
         assert_eq!(
             innermost(&trace).unwrap(),
             "inventory answered 504 after 940 ms, worked 940 ms (deadline)"
+        );
+    }
+
+    fn run(deadlines: bool, status: Option<u16>, calls_after: usize, ms_after: f64) -> DemoRun {
+        DemoRun {
+            deadlines,
+            user_status: status,
+            user_grpc_status: None,
+            user_heard_back_ms: status.map(|_| 1_873.0),
+            user_gave_up_ms: status.is_none().then_some(2_000.0),
+            calls: 12,
+            calls_after_user_left: calls_after,
+            last_work_end_ms: 1_870.0,
+            worker_ms: 5_000.0,
+            worker_ms_after_user_left: ms_after,
+            user_trace: None,
+            user_body: None,
+            holds: Vec::new(),
+            start_ms: 0.0,
+        }
+    }
+
+    /// The check reads the run with deadlines only, and fails on each broken promise.
+    #[test]
+    fn the_check_fails_on_work_or_calls_after_the_user_left() {
+        let without = run(false, None, 9, 7_600.0);
+        assert!(check(&[without.clone(), run(true, Some(504), 0, 0.0)]).is_empty());
+        let failures = check(&[without.clone(), run(true, Some(504), 1, 0.0)]);
+        assert_eq!(
+            failures,
+            ["with deadlines 1 calls came after the user left (needs 0)"]
+        );
+        let failures = check(&[without.clone(), run(true, Some(504), 0, 7.0)]);
+        assert_eq!(
+            failures,
+            ["with deadlines 7.0 ms of worker time came after the user left (needs 0)"]
+        );
+        assert_eq!(check(&[without.clone(), run(true, None, 0, 0.0)]).len(), 1);
+        assert_eq!(
+            check(&[without]),
+            ["the check needs the run with deadlines"]
         );
     }
 }

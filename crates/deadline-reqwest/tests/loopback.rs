@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use deadline::plan::retry::Callee504;
 use deadline::plan::retry_budget::RetryBudgetConfig;
 use deadline::trace::Trace;
 use deadline::{BUDGET_HEADER, CallPolicy, Deadline};
 use deadline_http::{CallError, DeadlineContext, EnforceDeadlineLayer, serve};
 use deadline_reqwest::DeadlineMiddleware;
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
@@ -26,7 +27,9 @@ fn ms(n: u64) -> Duration {
 }
 
 /// Inventory behind the enforce layer: `/budget` answers the budget it was told, `/flaky`
-/// answers 503 to its first two calls, `/hang` waits 10 s. Counts its calls.
+/// answers 503 to its first two calls, `/hang` waits 10 s (so the layer answers 504 at its
+/// cutoff), `/retry-after` answers its first call 503 with `Retry-After: 1` and
+/// `/grpc-pushback` 503 with `grpc-retry-pushback-ms: 300`. Counts its calls.
 async fn inventory() -> (SocketAddr, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&calls);
@@ -40,6 +43,18 @@ async fn inventory() -> (SocketAddr, Arc<AtomicUsize>) {
             let mut response = Response::new(Full::new(Bytes::from(budget)));
             match request.uri().path() {
                 "/flaky" if n < 2 => *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE,
+                "/retry-after" if n == 0 => {
+                    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                    response
+                        .headers_mut()
+                        .insert("retry-after", HeaderValue::from_static("1"));
+                }
+                "/grpc-pushback" if n == 0 => {
+                    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                    response
+                        .headers_mut()
+                        .insert("grpc-retry-pushback-ms", HeaderValue::from_static("300"));
+                }
                 "/hang" => tokio::time::sleep(Duration::from_secs(10)).await,
                 _ => {}
             }
@@ -202,4 +217,121 @@ async fn the_attempt_timeout_never_runs_past_the_deadline() {
     );
     let text = trace(&ctx);
     assert!(text.contains("=deadline"), "{text}");
+}
+
+/// A POST is sent once: it may have done its work before failing. With an `Idempotency-Key` the
+/// callee can tell a repeat, so it is retried like a GET.
+#[tokio::test]
+async fn a_post_is_not_retried_unless_it_carries_an_idempotency_key() {
+    let policy = CallPolicy::new(ms(1_000), 3).unwrap();
+    let (addr, calls) = inventory().await;
+    let client = with_middleware(DeadlineMiddleware::new(policy).target("inventory"));
+    let ctx = context(2_000);
+    let response = ctx
+        .clone()
+        .scope(
+            client
+                .post(format!("http://{addr}/flaky"))
+                .body("order")
+                .send(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "a POST is sent once");
+    let text = trace(&ctx);
+    assert_eq!(text.matches(".attempt@").count(), 1, "{text}");
+
+    let (addr, calls) = inventory().await;
+    let response = context(2_000)
+        .scope(
+            client
+                .post(format!("http://{addr}/flaky"))
+                .header("idempotency-key", "order-42")
+                .body("order")
+                .send(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the third attempt answers"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+/// The callee's pushback sets the wait before the retry (the default backoff alone would wait
+/// at most 25 ms), and a pushback longer than the budget leaves ends the call at once, with the
+/// callee's answer and without sleeping.
+#[tokio::test]
+async fn the_callees_pushback_is_honoured_inside_the_budget() {
+    let policy = CallPolicy::new(ms(1_000), 3).unwrap();
+    let client = with_middleware(DeadlineMiddleware::new(policy).target("inventory"));
+    for (path, pushback) in [("/retry-after", ms(1_000)), ("/grpc-pushback", ms(300))] {
+        let (addr, calls) = inventory().await;
+        let started = Instant::now();
+        let response = context(3_000)
+            .scope(client.get(format!("http://{addr}{path}")).send())
+            .await
+            .unwrap();
+        let took = Instant::now().saturating_duration_since(started);
+        assert_eq!(response.status(), StatusCode::OK, "{path}: retried");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{path}");
+        assert!(took >= pushback, "{path}: retried after {took:?}");
+        assert!(took < pushback + ms(1_000), "{path}: {took:?}");
+    }
+
+    // 800 ms left: a 1 s Retry-After does not fit, so no sleep and no retry.
+    let (addr, calls) = inventory().await;
+    let ctx = context(800);
+    let started = Instant::now();
+    let response = ctx
+        .clone()
+        .scope(client.get(format!("http://{addr}/retry-after")).send())
+        .await
+        .unwrap();
+    let took = Instant::now().saturating_duration_since(started);
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(took < ms(500), "ended at once, not after a sleep: {took:?}");
+    let text = trace(&ctx);
+    assert!(text.contains("=skipped-pushback"), "{text}");
+}
+
+/// A callee that answers 504 ran out of the budget it was told (550 ms here: a 600 ms attempt
+/// less the 50 ms margin). With 800 ms to start with, a retry would get under 250 ms, less than
+/// half of what just ran out: not sent, the 504 is the answer. With 2 s each retry gets the
+/// whole 550 ms again: all three attempts are sent. With the rule off, the small retry is sent.
+#[tokio::test]
+async fn a_callee_504_is_retried_only_with_half_its_budget() {
+    let policy = CallPolicy::new(ms(600), 3).unwrap();
+    for (budget, rule, calls_expected) in [
+        (800, Callee504::DEFAULT, 1),
+        (2_000, Callee504::DEFAULT, 3),
+        (800, Callee504::ALWAYS, 2),
+    ] {
+        let (addr, calls) = inventory().await;
+        let client = with_middleware(
+            DeadlineMiddleware::new(policy)
+                .target("inventory")
+                .callee_504(rule),
+        );
+        let ctx = context(budget);
+        let response = ctx
+            .clone()
+            .scope(client.get(format!("http://{addr}/hang")).send())
+            .await;
+        let text = trace(&ctx);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            calls_expected,
+            "{budget} ms, {rule:?}: {text}"
+        );
+        if calls_expected == 1 {
+            let response = response.expect("the callee's 504 is the answer");
+            assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+            assert!(text.contains("=skipped-504"), "{text}");
+        }
+    }
 }

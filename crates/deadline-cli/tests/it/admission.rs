@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::util::{Service, bin, get};
+use crate::util::{Service, bin, get, wait_in_flight};
 
 #[test]
 fn a_request_that_cannot_finish_behind_a_busy_worker_is_refused_at_once() {
@@ -24,8 +24,8 @@ fn a_request_that_cannot_finish_behind_a_busy_worker_is_refused_at_once() {
 
     let addr = svc.addr.clone();
     let busy = std::thread::spawn(move || get(&addr, b"Deadline-Budget-Ms: 2000\r\n"));
-    #[allow(clippy::disallowed_methods)] // lets the other request take the slot, in real time
-    std::thread::sleep(Duration::from_millis(100));
+    // The other request has taken the slot once the service counts it in flight.
+    wait_in_flight(&svc.addr, 1);
     // 400 ms left, but a 300 ms wait and 300 ms of work ahead: refused without waiting.
     let shed = get(&svc.addr, b"Deadline-Budget-Ms: 400\r\n");
     assert_eq!(shed.status, 503, "{shed:?}");

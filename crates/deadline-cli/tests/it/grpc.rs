@@ -202,7 +202,12 @@ fn demo_over_grpc_gives_the_http_figures() {
     let (without, with) = (&runs[0], &runs[1]);
     assert_eq!(without["user_status"], serde_json::Value::Null);
     assert_eq!(without["calls"], 12, "{without}");
-    assert_eq!(without["calls_after_user_left"], 9, "{without}");
+    // The user leaves at 2 s. Orders' first call to inventory comes at about 0.02 s and its
+    // second after a 1 s timeout; its third, after another, at about 2.02 s, a race with the
+    // user's 2 s timer on a busy machine. Everything from the gateway's second attempt on comes
+    // after orders' three timeouts (past 3 s). So 8 or 9 calls came after the user left.
+    let after = without["calls_after_user_left"].as_u64().unwrap();
+    assert!((8..=9).contains(&after), "{without}");
 
     assert_eq!(with["user_grpc_status"], "DEADLINE_EXCEEDED", "{with}");
     assert_eq!(with["user_status"], 504, "{with}");

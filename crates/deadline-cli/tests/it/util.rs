@@ -115,3 +115,34 @@ pub(crate) fn get(addr: &str, extra: &[u8]) -> Reply {
         elapsed,
     }
 }
+
+/// Waits (up to 10 s) until the service at `addr` counts `n` requests in flight, read from its
+/// `GET /debug/runtime`: a request counted there has reached the service and, with a slot free,
+/// taken it. Panics when the count is not reached.
+pub(crate) fn wait_in_flight(addr: &str, n: u64) {
+    #[allow(clippy::disallowed_methods)] // real processes, real time
+    let start = Instant::now();
+    loop {
+        let mut stream = TcpStream::connect(addr).expect("connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout set");
+        let request =
+            format!("GET /debug/runtime HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).expect("sends");
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).expect("reads");
+        let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let figures: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {raw}"));
+        if figures["in_flight"].as_u64() == Some(n) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never {n} in flight: {figures}"
+        );
+        #[allow(clippy::disallowed_methods)] // polling another process in real time
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -185,7 +185,9 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.append("connect-timeout-ms", HeaderValue::from_static("99999"));
         headers.append("connect-timeout-ms", HeaderValue::from_static("88888"));
+        let before = time::wall_now().unix_nanos();
         set.write(&mut headers, Budget::from_millis(950));
+        let after = time::wall_now().unix_nanos();
         assert_eq!(headers.get_all("connect-timeout-ms").iter().count(), 1);
         assert_eq!(headers["connect-timeout-ms"], "950");
         assert_eq!(headers["x-envoy-upstream-rq-timeout-ms"], "950");
@@ -195,8 +197,14 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-        let left = micros * 1_000 - time::wall_now().unix_nanos();
-        assert!(left <= 950_000_000 && left > 0, "{left} ns");
+        // The instant written is the wall clock read during `write` plus 950 ms, truncated to
+        // the microsecond: between the two reads around it, to the microsecond.
+        let earliest = (before + 950_000_000).div_euclid(1_000);
+        let latest = (after + 950_000_000).div_euclid(1_000);
+        assert!(
+            (earliest..=latest).contains(&micros),
+            "{micros} µs written, not within [{earliest}, {latest}]"
+        );
         set.write(&mut headers, None);
         assert!(headers.is_empty(), "{headers:?}");
     }

@@ -206,15 +206,15 @@ impl Retries {
         }
         let std_now = crate::time::to_std(now);
         let budget = self.settings.budget;
-        let no_answer = LastAnswer::default();
-        plan.next_retry(
-            &RetryRules::IMMEDIATE,
-            deadline,
-            std_now,
-            0,
-            &no_answer,
-            |_| budget.is_none_or(|config| self.withdraw(target, config, std_now)),
-        )
+        match plan.next_hedge(deadline, std_now, |_| {
+            budget.is_none_or(|config| self.withdraw(target, config, std_now))
+        }) {
+            deadline::Decision::Send(attempt) => PacedDecision::Send(Delayed {
+                delay: Duration::ZERO,
+                attempt,
+            }),
+            deadline::Decision::Stop(stop) => PacedDecision::Stop(stop),
+        }
     }
 
     /// The call to `target` under `policy` got a usable answer at `now` from its attempt

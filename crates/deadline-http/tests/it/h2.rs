@@ -490,11 +490,17 @@ async fn an_abandoned_attempt_resets_only_its_own_stream() {
     let addr = listener.local_addr().unwrap();
     let (hold_tx, mut holds) = mpsc::unbounded_channel();
     let flaky = Arc::new(AtomicUsize::new(0));
+    // Requests the handler has started on: the survivor's, then the one abandoned.
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let starts = started.clone();
     let service = EnforceDeadlineLayer::new("inventory")
         .on_hold(move |hold| {
             let _ = hold_tx.send(hold.clone());
         })
-        .layer(service_fn(move |r| handler(r, flaky.clone())));
+        .layer(service_fn(move |r| {
+            starts.add_permits(1);
+            handler(r, flaky.clone())
+        }));
     let connections = Arc::new(AtomicUsize::new(0));
     let accepted = connections.clone();
     let server = tokio::spawn(async move {
@@ -520,8 +526,13 @@ async fn an_abandoned_attempt_resets_only_its_own_stream() {
             (response, Instant::now().saturating_duration_since(start))
         })
     };
-    // Let the survivor open the connection first, so both streams share it.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The survivor's request is being worked on, so its connection is open and the next call
+    // shares it.
+    timeout(Duration::from_secs(5), started.acquire())
+        .await
+        .expect("the survivor's request reached the handler")
+        .unwrap()
+        .forget();
     let request = Request::get(&url)
         .header("x-work-ms", "5000")
         .body(Full::new(Bytes::new()))

@@ -7,6 +7,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 use tower::{Layer, service_fn};
@@ -29,6 +30,8 @@ const WORK: Duration = Duration::from_millis(1500);
 struct Server {
     addr: SocketAddr,
     holds: mpsc::UnboundedReceiver<Hold>,
+    /// One permit per request the handler started on (after it took the worker slot).
+    started: Arc<Semaphore>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -37,11 +40,16 @@ impl Server {
     /// `inventory` with one worker slot: `/slow` works 1.5 s, `/fast` answers at once.
     async fn start() -> Server {
         let (hold_tx, holds) = mpsc::unbounded_channel();
-        let handler = service_fn(|request: Request<Incoming>| async move {
-            if request.uri().path() == "/slow" {
-                tokio::time::sleep(WORK).await;
+        let started = Arc::new(Semaphore::new(0));
+        let starts = started.clone();
+        let handler = service_fn(move |request: Request<Incoming>| {
+            starts.add_permits(1);
+            async move {
+                if request.uri().path() == "/slow" {
+                    tokio::time::sleep(WORK).await;
+                }
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
             }
-            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
         });
         let service = EnforceDeadlineLayer::new("inventory")
             .slots(1)
@@ -58,6 +66,7 @@ impl Server {
         Server {
             addr,
             holds,
+            started,
             stop: Some(stop),
             task,
         }
@@ -70,6 +79,15 @@ impl Server {
             .expect("shut down")
             .expect("no panic")
             .expect("no error");
+    }
+
+    /// Waits until the handler has started on one more request: it holds the worker slot.
+    async fn wait_started(&self) {
+        timeout(Duration::from_secs(10), self.started.acquire())
+            .await
+            .expect("a request reached the handler in time")
+            .expect("the server is running")
+            .forget();
     }
 
     async fn next_hold(&mut self) -> Hold {
@@ -207,7 +225,8 @@ async fn with_one_worker_the_second_request_leaves_the_queue_in_time() {
     let server = Server::start().await;
     let addr = server.addr;
     let a = tokio::spawn(async move { get(addr, "/slow", Some("1200")).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // a holds the only worker once the handler started on it.
+    server.wait_started().await;
     let b = get(addr, "/slow", Some("500")).await;
     eprintln!(
         "b: {} after {} ms (queue span {:?})",
@@ -220,8 +239,8 @@ async fn with_one_worker_the_second_request_leaves_the_queue_in_time() {
     let queue = child(&b, "queue");
     assert_eq!(queue.outcome.as_deref(), Some("deadline"));
     assert!((490..600).contains(&queue.end_ms), "{queue:?}");
-    // b left well before a's slot would have come free (a is cut at ~1190 ms, ~1090 ms
-    // after b was sent).
+    // b left well before a's slot would have come free (a is cut at ~1190 ms after it was
+    // sent, and b was sent just after a started).
     assert!(b.elapsed < Duration::from_millis(1000), "{b:?}");
 
     let a = a.await.unwrap();

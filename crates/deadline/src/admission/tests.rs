@@ -509,3 +509,32 @@ fn the_cap_sheds_on_the_expected_wait_alone() {
         admit(busy(16, 8), &estimate, long, ms(100), t0)
     );
 }
+
+/// The simulation's figures for the documentation, one row per load and estimate bias:
+/// `cargo test -p deadline --lib simulated_overload_figures -- --nocapture` prints them. Each
+/// row's requests are all accounted for.
+#[test]
+fn simulated_overload_figures() {
+    println!(
+        "load  estimate  in time  shed on arrival (needlessly)  shed at grant  missed after starting"
+    );
+    for load in [2.0, 4.0] {
+        for bias in [1.0, 0.5, 2.0] {
+            let run = simulate(load, bias);
+            println!(
+                "{load:>3}x  {bias:>5}x    {:>6}  {:>15} ({:>10})  {:>13}  {:>21}",
+                run.in_time,
+                run.shed_on_arrival,
+                run.shed_needlessly,
+                run.shed_at_grant,
+                run.missed_after_starting
+            );
+            let arrivals = (80.0 * load * 10.0) as u64;
+            assert_eq!(
+                run.in_time + run.shed_on_arrival + run.shed_at_grant + run.missed_after_starting,
+                arrivals,
+                "{load}x, bias {bias}: {run:?}"
+            );
+        }
+    }
+}

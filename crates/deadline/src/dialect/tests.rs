@@ -191,19 +191,64 @@ proptest! {
             ConnectTimeoutMs { max: wide }.parse(Dialect::ConnectTimeoutMs.encode(budget, now).unwrap().as_bytes()).is_ok(),
             "what is written, Connect reads"
         );
-        let grpc = read(Dialect::GrpcTimeout);
-        prop_assert!(grpc.min(exact) == grpc, "grpc-timeout never exceeds the budget");
-        if let Remaining(got) = grpc {
-            // The coarsest unit used for budgets this size is the minute.
-            prop_assert!(got.as_millis() + 60_000 > budget_ms);
-        } else {
-            prop_assert!(false, "a budget of at least 1 ms never reads back expired");
-        }
+        prop_assert_eq!(read(Dialect::GrpcTimeout), ms(grpc_model(budget_ms)));
         for format in [AbsoluteFormat::Rfc3339Millis, AbsoluteFormat::EpochMicros] {
             let absolute = read(Dialect::RequestDeadline(format));
             prop_assert!(absolute.min(exact) == absolute);
             // Truncating the instant to ms (or µs) costs at most one ms of budget.
             prop_assert!(absolute == exact || budget_ms == 1 || absolute == ms(budget_ms - 1));
         }
+    }
+}
+
+/// What `grpc-timeout` reads back for a budget of `budget_ms`, from gRPC's rule alone: at most
+/// 8 digits, in the finest unit that fits, truncated. Budgets under 100,000,000 ms fit as
+/// nanoseconds, microseconds or milliseconds, exactly; above, whole seconds, then whole minutes,
+/// then whole hours (8 digits of hours, 99,999,999 H, cap every larger budget).
+fn grpc_model(budget_ms: u64) -> u64 {
+    const DIGITS8: u64 = 99_999_999;
+    if budget_ms <= DIGITS8 {
+        return budget_ms; // as n, u or m: exact
+    }
+    for unit in [1_000, 60_000, 3_600_000] {
+        if budget_ms / unit <= DIGITS8 {
+            return budget_ms / unit * unit;
+        }
+    }
+    DIGITS8 * 3_600_000
+}
+
+#[test]
+fn the_grpc_model_rows() {
+    for (budget, read) in [
+        (1, 1),
+        (99_999_999, 99_999_999),
+        (100_000_999, 100_000_000),
+        (99_999_999_999, 99_999_999_000),
+        (100_000_000_000, 99_999_960_000),
+        (u64::MAX, 99_999_999 * 3_600_000),
+    ] {
+        assert_eq!(grpc_model(budget), read, "{budget} ms");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 50_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// `grpc-timeout` over every magnitude of budget reads back as gRPC's rule truncates it:
+    /// exact below 100,000,000 ms, then less than one of the unit it had to use (a second, a
+    /// minute, an hour), and never more than the budget.
+    #[test]
+    fn grpc_timeout_reads_back_truncated_to_its_unit(
+        digits in 1u32..=20,
+        mantissa in any::<u64>(),
+    ) {
+        let budget_ms = (mantissa % 10u64.saturating_pow(digits)).max(1);
+        let budget = Budget::from_millis(budget_ms).unwrap();
+        let wide = Budget::from_millis(u64::MAX).unwrap();
+        let value = grpc_timeout(budget);
+        prop_assert!(value.len() <= 9, "8 digits and a unit: {:?}", value);
+        let read = GrpcTimeout { max: wide }.parse(value.as_bytes()).unwrap();
+        prop_assert_eq!(read, ms(grpc_model(budget_ms)), "{} ms written {:?}", budget_ms, value);
     }
 }

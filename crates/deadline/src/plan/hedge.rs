@@ -16,7 +16,10 @@
 //! ```
 //!
 //! so the five invariants hold for hedges too: a hedge gets at least `min_useful`, its answer
-//! fits its wait, its wait ends by the caller's deadline. A hedge always has at least as much
+//! fits its wait, its wait ends by the caller's deadline. A hedge counts as a retry, so one the
+//! planner would send is then drawn from the retry budget ([`Plan::next_hedge`]); a hedge the
+//! planner would not send (out of attempts or of time) draws nothing, and one the retry budget
+//! refuses is not sent ([`Stop::Throttled`]). A hedge always has at least as much
 //! time as the attempt it backs up has left (both end by the same deadline, the hedge's timeout
 //! starts later), so there is no "too late to help" rule beyond the planner's own.
 //!
@@ -30,7 +33,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{CallPolicy, Decision, decide};
+use super::{Attempt, CallPolicy, Decision, Plan, Stop, decide};
 use crate::budget::Deadline;
 
 /// When to send a hedge.
@@ -65,6 +68,32 @@ pub fn decide_hedge(
     now: Instant,
 ) -> Decision {
     decide(policy, sent, deadline, now)
+}
+
+impl Plan {
+    /// Decides the hedge sent at `now` with [`decide_hedge`]; a hedge the planner would send
+    /// (any attempt after the first) is then offered to `admit` (the retry budget), and when
+    /// refused the hedge is not sent ([`Stop::Throttled`]). A `Send` counts as sent; `admit` is
+    /// asked nothing when the planner would not send.
+    pub fn next_hedge(
+        &mut self,
+        deadline: Option<Deadline>,
+        now: Instant,
+        admit: impl FnOnce(&Attempt) -> bool,
+    ) -> Decision {
+        match decide_hedge(&self.policy, self.sent, deadline, now) {
+            Decision::Send(attempt) if self.sent > 0 && !admit(&attempt) => {
+                Decision::Stop(Stop::Throttled {
+                    attempt: attempt.number,
+                })
+            }
+            Decision::Send(attempt) => {
+                self.sent += 1;
+                Decision::Send(attempt)
+            }
+            stop => stop,
+        }
+    }
 }
 
 /// The latencies of the last answered attempts, for a percentile hedge delay.

@@ -1,6 +1,7 @@
 use super::*;
-use crate::plan::Plan;
+use crate::budget::Budget;
 use crate::plan::tests::{ms, origin, policies};
+use crate::plan::{Attempt, Plan, Stop};
 use proptest::prelude::*;
 
 #[test]
@@ -47,62 +48,124 @@ fn a_hedge_is_planned_as_of_its_instant() {
     ));
 }
 
+/// The hedging rule written out on its own, in whole microseconds from the call's start: what
+/// the hedge sent at `at_us`, with `sent` attempts already out, must be, and whether it draws
+/// one retry from the retry budget (`tokens` left). Shares only [`Share::of`] with the code
+/// under test (the share rule has its own tests).
+///
+/// [`Share::of`]: crate::plan::Share::of
+fn model_hedge(
+    policy: &CallPolicy,
+    sent: u32,
+    deadline_us: Option<u64>,
+    at_us: u64,
+    tokens: u32,
+) -> (Decision, bool) {
+    let number = sent + 1;
+    if sent >= policy.attempts() {
+        let stop = Stop::AttemptsExhausted {
+            attempts: policy.attempts(),
+        };
+        return (Decision::Stop(stop), false);
+    }
+    let (wait, budget) = match deadline_us.filter(|_| policy.propagate()) {
+        None => (policy.timeout(), None),
+        Some(deadline_us) => {
+            let remaining = Duration::from_micros(deadline_us.saturating_sub(at_us));
+            let wait = policy.timeout().min(policy.share().of(remaining));
+            let room_us = wait.saturating_sub(policy.margin()).as_micros();
+            let budget_ms = u64::try_from(room_us / 1_000).unwrap();
+            if budget_ms == 0 || Duration::from_millis(budget_ms) < policy.min_useful() {
+                // Not enough time: the budget is not asked.
+                let needed = policy
+                    .share()
+                    .needed_for(policy.margin() + policy.min_useful());
+                let stop = Stop::NotEnoughTime {
+                    attempt: number,
+                    remaining,
+                    needed,
+                };
+                return (Decision::Stop(stop), false);
+            }
+            (wait, Budget::from_millis(budget_ms))
+        }
+    };
+    if tokens == 0 {
+        // The planner would send it; the retry budget refuses.
+        return (Decision::Stop(Stop::Throttled { attempt: number }), true);
+    }
+    let attempt = Attempt {
+        number,
+        wait,
+        budget,
+    };
+    (Decision::Send(attempt), true)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200_000, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// Hedged calls on a virtual clock: every attempt still out is backed up by a hedge each
-    /// `delay` until one answers. Whatever the latencies, no attempt (hedge or not) breaks the
-    /// invariants, never more than `attempts` are sent, hedges go out only at their instants,
-    /// and every wait ends by the caller's deadline.
+    /// Hedged calls on a virtual clock, the hedges at the instants the client's hedged loop uses
+    /// (the first attempt at 0, then one every `delay` while every attempt out is still
+    /// unanswered, until one is not sent), each decided by [`Plan::next_hedge`] with a retry
+    /// budget of `tokens` retries, and compared with [`model_hedge`]: sent or not and why, its
+    /// number, its wait and its budget exactly, and a retry drawn only for a hedge the planner
+    /// would send. Then, from the figures alone: no hedge past the caller's deadline, never
+    /// more than `attempts`, never more hedges than the retry budget held.
     #[test]
-    fn hedges_keep_the_invariants(
+    fn hedges_follow_the_hedging_rule(
         policy in policies(),
         delay_us in 1u64..=2_000_000,
         deadline_us in proptest::option::weighted(0.9, 0u64..=20_000_000),
         latencies_us in proptest::collection::vec(0u64..=30_000_000, 8),
+        tokens in 0u32..=4,
     ) {
         let t0 = origin();
+        let at = |us: u64| t0 + Duration::from_micros(us);
         let deadline = deadline_us.map(|us| Deadline::after_duration(t0, Duration::from_micros(us)));
-        let delay = Duration::from_micros(delay_us);
         let mut plan = Plan::new(policy);
-        // (sent at, answer at or wait end) of every attempt out.
-        let mut out: Vec<(Instant, Instant)> = Vec::new();
-        let mut now = t0;
-        let mut next_hedge = None;
-        loop {
-            let decision = if out.is_empty() || next_hedge == Some(now) {
-                plan.next(deadline, now)
-            } else {
-                break;
-            };
-            let Decision::Send(attempt) = decision else { break };
-            let n = plan.sent() as usize;
-            prop_assert!(plan.sent() <= policy.attempts());
-            if let (Some(deadline), true) = (deadline, policy.propagate()) {
-                let budget = attempt.budget.expect("propagated");
-                let remaining = deadline.remaining(now);
-                prop_assert!(budget.as_millis() > 0);
-                prop_assert!(budget.as_duration() + policy.margin() <= remaining);
-                prop_assert!(now + attempt.wait <= deadline.instant(), "the wait ends by the deadline");
-                prop_assert!(budget.as_duration() + policy.margin() <= attempt.wait);
-                prop_assert!(budget.as_duration() >= policy.min_useful());
+        let Decision::Send(first) = plan.next(deadline, t0) else {
+            // No first attempt: nothing to hedge.
+            return Ok(());
+        };
+        // When each attempt out answers (or its wait ends), in µs from the start.
+        let mut ends_us = vec![latencies_us[0].min(micros(first.wait))];
+        let (mut left, mut drawn, mut hedges) = (tokens, 0u32, 0u32);
+        for k in 1u64.. {
+            let at_us = k * delay_us;
+            if ends_us.iter().any(|&end| end <= at_us) {
+                break; // an answer came first: no hedge at this instant
             }
-            let latency = Duration::from_micros(latencies_us[(n - 1) % latencies_us.len()]);
-            let end = now + latency.min(attempt.wait);
-            if let Some(&(first, _)) = out.first() {
-                prop_assert!(now >= first + delay, "a hedge only after its delay");
+            let (expected, draws) = model_hedge(&policy, plan.sent(), deadline_us, at_us, left);
+            let mut asked = 0u32;
+            let decision = plan.next_hedge(deadline, at(at_us), |_| {
+                asked += 1;
+                left > 0
+            });
+            prop_assert_eq!(decision, expected, "hedge {} at {} µs", k, at_us);
+            prop_assert_eq!(asked, u32::from(draws), "the retry budget is asked only for a hedge the planner sends");
+            if draws && left > 0 {
+                left -= 1;
+                drawn += 1;
             }
-            out.push((now, end));
-            // The next event: the earliest end among those out, or the next hedge instant.
-            let hedge_at = now + delay;
-            let earliest = out.iter().map(|(_, e)| *e).min().expect("one is out");
-            if hedge_at < earliest {
-                now = hedge_at;
-                next_hedge = Some(hedge_at);
-            } else {
-                // An answer (or a wait's end) comes first: the call ends or retries; stop here.
-                break;
+            let Decision::Send(hedge) = decision else { break };
+            hedges += 1;
+            prop_assert_eq!(hedge.number, hedges + 1);
+            if let (Some(d), true) = (deadline, policy.propagate()) {
+                prop_assert!(at(at_us) + hedge.wait <= d.instant(), "a hedge waits past the deadline");
+                let budget = hedge.budget.expect("propagated").as_duration();
+                prop_assert!(budget >= policy.min_useful() && budget + policy.margin() <= hedge.wait);
             }
+            let latency = latencies_us[usize::try_from(k).unwrap() % latencies_us.len()];
+            ends_us.push(at_us + latency.min(micros(hedge.wait)));
         }
+        prop_assert!(plan.sent() <= policy.attempts());
+        prop_assert_eq!(plan.sent(), hedges + 1);
+        prop_assert!(hedges <= tokens, "more hedges than the retry budget held");
+        prop_assert_eq!(drawn, hedges);
     }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
