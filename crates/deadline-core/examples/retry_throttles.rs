@@ -273,10 +273,13 @@ fn run(throttle: &mut dyn Throttle, rate: f64, seconds: f64, failures: Failures)
     figures
 }
 
+/// Makes one throttle, its clock starting at the instant given.
+type MakeThrottle = fn(Instant) -> Box<dyn Throttle>;
+
 fn main() {
     #[allow(clippy::disallowed_methods)] // the budgets' origin: any instant will do
     let start = Instant::now();
-    let throttles: [(&str, fn(Instant) -> Box<dyn Throttle>); 6] = [
+    let throttles: [(&str, MakeThrottle); 6] = [
         ("none", |_| Box::new(Unlimited)),
         ("Finagle: 20 % + 10/s", |t| {
             Box::new(Core(RetryBudget::new(RetryBudgetConfig::FINAGLE, t)))

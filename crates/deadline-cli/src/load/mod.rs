@@ -297,13 +297,13 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     if args.margin >= args.user_wait {
         bail!("--margin must be below --user-wait, or the user sends no budget");
     }
-    if let Some(mix) = &args.budget_mix {
-        if args.margin >= mix.shortest_wait() {
-            bail!(
-                "--margin must be below every wait of --budget-mix ({} ms), or those users send no budget",
-                mix.shortest_wait()
-            );
-        }
+    if let Some(mix) = &args.budget_mix
+        && args.margin >= mix.shortest_wait()
+    {
+        bail!(
+            "--margin must be below every wait of --budget-mix ({} ms), or those users send no budget",
+            mix.shortest_wait()
+        );
     }
     Ok(())
 }
@@ -341,29 +341,27 @@ async fn run_once(
     };
     let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
     let tag = crate::pg::run_tag(label);
-    if let Some(url) = &args.postgres {
-        if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
-            inventory.args.extend([
-                "--postgres".to_owned(),
-                url.clone(),
-                "--postgres-tag".to_owned(),
-                tag.clone(),
-            ]);
-        }
+    if let Some(url) = &args.postgres
+        && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory")
+    {
+        inventory.args.extend([
+            "--postgres".to_owned(),
+            url.clone(),
+            "--postgres-tag".to_owned(),
+            tag.clone(),
+        ]);
     }
-    if deadlines {
-        if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+    if deadlines && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+        inventory
+            .args
+            .extend(["--queue".to_owned(), args.queue.to_string()]);
+        if args.admission {
+            inventory.args.push("--admission".to_owned());
+        }
+        if let Some(max_wait) = args.max_queue_wait {
             inventory
                 .args
-                .extend(["--queue".to_owned(), args.queue.to_string()]);
-            if args.admission {
-                inventory.args.push("--admission".to_owned());
-            }
-            if let Some(max_wait) = args.max_queue_wait {
-                inventory
-                    .args
-                    .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
-            }
+                .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
         }
     }
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);

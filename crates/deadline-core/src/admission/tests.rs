@@ -427,35 +427,6 @@ fn below_capacity_nothing_is_shed_whatever_the_estimate() {
     }
 }
 
-/// The simulation's figures for the documentation, one row per load and estimate bias:
-/// `cargo test -p deadline-core --lib simulated_overload_figures -- --nocapture` prints them. Each
-/// row's requests are all accounted for.
-#[test]
-fn simulated_overload_figures() {
-    println!(
-        "load  estimate  in time  shed on arrival (needlessly)  shed at grant  missed after starting"
-    );
-    for load in [2.0, 4.0] {
-        for bias in [1.0, 0.5, 2.0] {
-            let run = simulate(load, bias);
-            println!(
-                "{load:>3}x  {bias:>5}x    {:>6}  {:>15} ({:>10})  {:>13}  {:>21}",
-                run.in_time,
-                run.shed_on_arrival,
-                run.shed_needlessly,
-                run.shed_at_grant,
-                run.missed_after_starting
-            );
-            let arrivals = (80.0 * load * 10.0) as u64;
-            assert_eq!(
-                run.in_time + run.shed_on_arrival + run.shed_at_grant + run.missed_after_starting,
-                arrivals,
-                "{load}x, bias {bias}: {run:?}"
-            );
-        }
-    }
-}
-
 /// The reference overload (8 slots, 100 ms, 1 s budgets) with a cap of 200 ms on the expected
 /// wait: at 2x and 4x the requests answered in time waited at most the cap (the queue settles
 /// at the cap, so about the cap; without it, most of the 1 s budget), with the same goodput;
@@ -537,4 +508,33 @@ fn the_cap_sheds_on_the_expected_wait_alone() {
         admit_capped(busy(16, 8), &estimate, long, Some(ms(100)), None, t0),
         admit(busy(16, 8), &estimate, long, ms(100), t0)
     );
+}
+
+/// The simulation's figures for the documentation, one row per load and estimate bias:
+/// `cargo test -p deadline-core --lib simulated_overload_figures -- --nocapture` prints them. Each
+/// row's requests are all accounted for.
+#[test]
+fn simulated_overload_figures() {
+    println!(
+        "load  estimate  in time  shed on arrival (needlessly)  shed at grant  missed after starting"
+    );
+    for load in [2.0, 4.0] {
+        for bias in [1.0, 0.5, 2.0] {
+            let run = simulate(load, bias);
+            println!(
+                "{load:>3}x  {bias:>5}x    {:>6}  {:>15} ({:>10})  {:>13}  {:>21}",
+                run.in_time,
+                run.shed_on_arrival,
+                run.shed_needlessly,
+                run.shed_at_grant,
+                run.missed_after_starting
+            );
+            let arrivals = (80.0 * load * 10.0) as u64;
+            assert_eq!(
+                run.in_time + run.shed_on_arrival + run.shed_at_grant + run.missed_after_starting,
+                arrivals,
+                "{load}x, bias {bias}: {run:?}"
+            );
+        }
+    }
 }
