@@ -20,6 +20,7 @@ mod placement;
 mod service;
 mod shutdown;
 mod slowness;
+mod stream;
 mod svg;
 mod trace_cmd;
 

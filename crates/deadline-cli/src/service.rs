@@ -36,6 +36,7 @@ use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
 use crate::outage::{BudgetArg, HedgeArg, Outage, PerAttempt, Window, do_not_retry};
 use crate::shutdown::{shutdown_signal, stdin_closed};
 use crate::slowness::is_slow;
+use crate::stream::{self, StreamArg, StreamBody, StreamHop};
 
 /// How long the last write of the log may take at exit before the service gives up on it.
 const LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -196,6 +197,11 @@ pub(crate) struct ServiceArgs {
     pub retry_504_share: f64,
     #[command(flatten)]
     pub postgres: crate::pg::PostgresArgs,
+    /// Answer with a stream after the work: COUNT chunks, one every INTERVAL_MS (a gRPC caller
+    /// gets a server stream of COUNT messages, on any path). With --downstream, the
+    /// downstream's stream is relayed as it arrives instead.
+    #[arg(long, value_name = "COUNT:INTERVAL_MS")]
+    pub stream: Option<StreamArg>,
 }
 
 /// What the handler needs for every request of one service: its name, how long to work, the
@@ -215,6 +221,8 @@ struct HandlerConfig {
     grpc_downstream: bool,
     /// With `--postgres`: the work is a statement on this database.
     database: Option<crate::pg::Database>,
+    /// `--stream`: the answer is a stream.
+    stream: Option<StreamArg>,
 }
 
 fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
@@ -362,7 +370,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         per_attempt: args.slow_per_attempt.then(PerAttempt::default),
         grpc_downstream: args.downstream_protocol == DownstreamProtocol::Grpc,
         database,
+        stream: args.stream,
     });
+    let stream_name: Arc<str> = Arc::from(args.name.as_str());
 
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
         .reserve(Duration::from_millis(args.reserve))
@@ -415,13 +425,19 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .service_fn(move |req: Request<Incoming>| {
             // A gRPC caller gets the same answer in gRPC's terms.
             let grpc = deadline::grpc::is_grpc(req.headers());
-            let answer = handle(config.clone(), req);
+            let (config, name) = (config.clone(), stream_name.clone());
             async move {
-                let response = answer.await?;
-                Ok::<_, Infallible>(if grpc {
-                    grpc::into_grpc(response).await.map(Either::Right)
+                if config.stream.is_some() {
+                    let streamed = streamed(&config, &name, req, grpc).await;
+                    return Ok::<_, Infallible>(streamed.map(Either::Right));
+                }
+                let response = handle(config.clone(), req).await?;
+                Ok(if grpc {
+                    grpc::into_grpc(response)
+                        .await
+                        .map(|body| Either::Left(Either::Right(body)))
                 } else {
-                    response.map(Either::Left)
+                    response.map(|body| Either::Left(Either::Left(body)))
                 })
             }
         });
@@ -749,6 +765,26 @@ pub(crate) fn body_failed(name: &str, error: &BodyError) -> Response<Full<Bytes>
     }
 }
 
+/// `--stream`: the work, then a streamed answer (see [`crate::stream`]).
+async fn streamed(
+    config: &HandlerConfig,
+    name: &Arc<str>,
+    req: Request<Incoming>,
+    grpc: bool,
+) -> Response<StreamBody> {
+    tokio::time::sleep(config.work).await;
+    let hop = StreamHop {
+        name,
+        stream: config.stream.unwrap_or(StreamArg {
+            count: 1,
+            interval: Duration::ZERO,
+        }),
+        downstream: config.downstream.as_ref().map(|(b, c)| (b.as_str(), c)),
+        grpc_downstream: config.grpc_downstream,
+    };
+    stream::answer(hop, &req, grpc).await
+}
+
 /// Turns a hold report into a log line, converting monotonic instants to wall time.
 fn hold_line(hold: &Hold) -> HoldLine {
     let wall_now = epoch_ms_now();
@@ -767,5 +803,7 @@ fn hold_line(hold: &Hold) -> HoldLine {
         queued_ms: hold.queued.as_secs_f64() * 1_000.0,
         worked_ms: hold.worked.as_secs_f64() * 1_000.0,
         reply_written: hold.reply_written,
+        streamed_ms: hold.streamed.as_secs_f64() * 1_000.0,
+        exceeded: hold.exceeded.map(|phase| phase.as_str().to_owned()),
     }
 }

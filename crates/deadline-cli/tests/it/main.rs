@@ -16,5 +16,6 @@ mod metrics;
 mod placement;
 mod postgres;
 mod service;
+mod stream;
 mod trace;
 mod util;
