@@ -25,7 +25,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadline::grpc::{GRPC_MESSAGE_HEADER, GRPC_STATUS_HEADER, GrpcCode};
 use deadline_http::enforce::REQUEST_ID_HEADER;
-use deadline_http::propagate::DeadlineClient;
+use deadline_http::propagate::{BodyError, CallBody, DeadlineClient};
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame};
@@ -88,19 +88,18 @@ impl fmt::Display for StreamArg {
 #[derive(Debug)]
 pub(crate) enum StreamBody {
     Chunks(Chunks),
-    /// A downstream's body, bounded by the deadline and the body limit as it is read.
-    Relay(deadline_http::propagate::CallBody<Incoming>),
+    Relay(CallBody<Incoming>),
     Done(Option<Bytes>),
 }
 
 impl Body for StreamBody {
     type Data = Bytes;
-    type Error = deadline_http::propagate::BodyError;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             StreamBody::Chunks(chunks) => Pin::new(chunks).poll_frame(cx).map_err(|n| match n {}),
             StreamBody::Relay(body) => Pin::new(body).poll_frame(cx),
@@ -252,7 +251,7 @@ pub(crate) async fn answer(
 /// answer that failed before its stream began becomes this hop's own failure with its text.
 async fn relay(
     name: &str,
-    response: Response<deadline_http::propagate::CallBody<Incoming>>,
+    response: Response<CallBody<Incoming>>,
     grpc: bool,
 ) -> Response<StreamBody> {
     let status = response.status();
