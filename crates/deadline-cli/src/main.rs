@@ -40,7 +40,8 @@ struct Cli {
 #[allow(clippy::large_enum_variant)] // parsed once per process: the size does not matter
 enum Command {
     /// Serve any GET path: wait for a worker slot, work, then call a downstream if one is set.
-    Service(service::ServiceArgs),
+    // Boxed: its many flags make it several times larger than the other commands' arguments.
+    Service(Box<service::ServiceArgs>),
     /// One slow request through gateway, orders and inventory, without deadlines and with them.
     Demo(demo::DemoArgs),
     /// Open-loop load through the three services, both ways, with dead work measured.
@@ -61,7 +62,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Trace(args) => trace_cmd::run(&args),
         Command::Bench(args) => bench::run(&args),
-        Command::Service(args) => runtime().and_then(|rt| rt.block_on(service::run(args))),
+        Command::Service(args) => runtime().and_then(|rt| rt.block_on(service::run(*args))),
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(demo::run(args))),
         Command::Load(args) => runtime().and_then(|rt| rt.block_on(load::run(args))),
         Command::Call(args) => runtime().and_then(|rt| rt.block_on(call::run(args))),

@@ -14,7 +14,10 @@ use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
-use deadline_http::enforce::{EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER};
+use deadline_http::enforce::{
+    EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER, is_usable_request_id,
+};
+use deadline_http::log_limit::LogLimit;
 use deadline_http::metrics::DeadlineMetrics;
 use deadline_http::propagate::{
     BodyError, Callee504, DEFAULT_MAX_BODY, DeadlineClient, H2_KEEP_ALIVE_INTERVAL,
@@ -50,12 +53,24 @@ pub(crate) struct ServiceArgs {
     /// Address to listen on; port 0 picks a free one (the ready line says which).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    /// Also serve the admin paths (`/metrics`, `/debug/runtime`) on this address, apart from
+    /// the public port (a second line, `admin on http://ADDR`, follows the ready line).
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Do not answer the admin paths on the public port (they are then ordinary work paths):
+    /// with --admin-listen, only the admin address shows metrics and runtime figures.
+    #[arg(long, requires = "admin_listen")]
+    pub no_public_admin: bool,
     /// Milliseconds of work per request.
     #[arg(long, default_value_t = 0)]
     pub work: u64,
     /// Worker slots: requests beyond this wait, but only as long as their budget allows.
     #[arg(long)]
     pub slots: Option<usize>,
+    /// At most this many requests wait for a worker slot: beyond it a request is refused at
+    /// once with 503 (gRPC UNAVAILABLE), with a budget or without. Needs `--slots`.
+    #[arg(long)]
+    pub max_queue: Option<usize>,
     /// Order of the worker-slot queue: `fifo` (arrival order) or `edf` (earliest deadline first,
     /// requests without a deadline last).
     #[arg(long, default_value_t = QueueOrder::Fifo)]
@@ -244,6 +259,9 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     if args.max_queue_wait == Some(0) {
         bail!("--max-queue-wait must be at least 1 ms");
     }
+    if args.max_queue.is_some() && args.slots.is_none() {
+        bail!("--max-queue needs --slots: without a limit no request ever waits");
+    }
     if args.admission_min_useful.is_some() && !args.admission {
         bail!("--admission-min-useful needs --admission");
     }
@@ -300,6 +318,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let admin_listener = match args.admin_listen {
+        Some(admin) => Some(
+            tokio::net::TcpListener::bind(admin)
+                .await
+                .with_context(|| format!("binding --admin-listen {admin}"))?,
+        ),
+        None => None,
+    };
 
     let log = args
         .log
@@ -390,6 +416,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     if let Some(max_wait) = args.max_queue_wait {
         enforce = enforce.max_queue_wait(Duration::from_millis(max_wait));
     }
+    if let Some(max) = args.max_queue {
+        enforce = enforce.max_queue(max);
+    }
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }
@@ -403,6 +432,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     });
 
     let ids = Arc::new(IdMaker::new(&args.name));
+    let replaced_ids = Arc::new(LogLimit::new(Duration::from_secs(1)));
+    let service_name = args.name.clone();
     let counter = in_flight.clone();
     let work = ServiceBuilder::new()
         // Outside the enforce layer but before any waiting: stamp an id and count the request
@@ -410,14 +441,27 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .map_request(move |mut req: Request<Incoming>| {
             counter.fetch_add(1, Ordering::AcqRel);
             // An id that is empty or not visible ASCII counts as absent: forwarding it would
-            // give unrelated requests one shared id (and one shared slowness decision).
-            let usable = req
-                .headers()
-                .get(REQUEST_ID_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|id| !id.trim().is_empty());
-            if !usable && let Ok(id) = HeaderValue::from_str(&ids.next()) {
-                req.headers_mut().insert(REQUEST_ID_HEADER, id);
+            // give unrelated requests one shared id (and one shared slowness decision). One
+            // longer than 128 characters is replaced too, not copied into every hop's headers
+            // and logs; the replacement is logged, at most once a second.
+            let sent = req.headers().get(REQUEST_ID_HEADER);
+            if !sent.is_some_and(|id| is_usable_request_id(id.as_bytes())) {
+                let id = ids.next();
+                if let Some(sent) = sent {
+                    if let Some(replaced) = replaced_ids.hit() {
+                        tracing::warn!(
+                            service = %service_name,
+                            sent_len = sent.len(),
+                            new_id = %id,
+                            replaced,
+                            "x-request-id replaced: not 1 to 128 visible ASCII characters \
+                             (replaced: how many since the last such line)"
+                        );
+                    }
+                }
+                if let Ok(id) = HeaderValue::from_str(&id) {
+                    req.headers_mut().insert(REQUEST_ID_HEADER, id);
+                }
             }
             req
         })
@@ -447,17 +491,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     });
     // The admin paths are answered here, before the request is counted or reaches the enforce
     // layer: they never wait for a slot, are never logged and never reach the work.
+    let admin = Admin { probe, registry };
+    let public_admin = (!args.no_public_admin).then(|| admin.clone());
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let work = work.clone();
-        let probe = probe.clone();
-        let registry = registry.clone();
+        let admin = public_admin.as_ref().and_then(|admin| admin.answer(&req));
         async move {
-            if req.uri().path() == RUNTIME_PATH && req.method() == http::Method::GET {
-                return Ok(probe.reply().map(Either::Right));
-            }
-            if req.uri().path() == METRICS_PATH && req.method() == http::Method::GET {
-                let scrape = deadline_http::metrics::scrape(&registry);
-                return Ok(scrape.map(|text| Either::Right(Full::new(Bytes::from(text)))));
+            if let Some(answer) = admin {
+                return Ok(answer.map(Either::Right));
             }
             work.oneshot(req).await.map(|r| r.map(Either::Left))
         }
@@ -467,6 +508,37 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     stdout
         .write_all(format!("listening on http://{addr}\n").as_bytes())
         .await?;
+    // The admin address apart: its own serve loop, answering the admin paths and 404 to any
+    // other, stopped with the public one.
+    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(false);
+    let admin_task = match admin_listener {
+        Some(listener) => {
+            let admin_addr = listener.local_addr()?;
+            stdout
+                .write_all(format!("admin on http://{admin_addr}\n").as_bytes())
+                .await?;
+            let service = tower::service_fn(move |req: Request<Incoming>| {
+                let answer = admin.answer(&req).unwrap_or_else(|| {
+                    text(
+                        StatusCode::NOT_FOUND,
+                        format!("not an admin path: {}\n", req.uri().path()),
+                    )
+                });
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            let mut stopped = admin_stopped;
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            Some(tokio::spawn(deadline_http::serve::serve_with(
+                listener,
+                service,
+                shutdown,
+                serve_options(&args),
+            )))
+        }
+        None => None,
+    };
     stdout.flush().await?;
 
     let stop_on_stdin = args.exit_on_stdin_close;
@@ -483,6 +555,12 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     deadline_http::serve::serve_with(listener, service, shutdown, serve_options(&args))
         .await
         .context("serving")?;
+    let _ = stop_admin.send(true);
+    if let Some(task) = admin_task {
+        task.await
+            .context("the admin server")?
+            .context("serving the admin address")?;
+    }
 
     // Work the baseline keeps running after its caller left is still in flight: wait for it so
     // the log holds every hold, but only for what is left of --drain-timeout.
@@ -548,6 +626,30 @@ pub(crate) const RUNTIME_PATH: &str = "/debug/runtime";
 /// The reserved scrape path: `GET` answers this service's Prometheus metrics (the deadline
 /// metric set, `service` label = `--name`), in the OpenMetrics text format.
 pub(crate) const METRICS_PATH: &str = "/metrics";
+
+/// The admin paths' answers: runtime figures and the metrics scrape.
+#[derive(Clone)]
+struct Admin {
+    probe: Arc<RuntimeProbe>,
+    registry: Arc<deadline_http::metrics::Registry>,
+}
+
+impl Admin {
+    /// The answer to `req` if it is `GET` on an admin path.
+    fn answer<B>(&self, req: &Request<B>) -> Option<Response<Full<Bytes>>> {
+        if req.method() != http::Method::GET {
+            return None;
+        }
+        match req.uri().path() {
+            RUNTIME_PATH => Some(self.probe.reply()),
+            METRICS_PATH => Some(
+                deadline_http::metrics::scrape(&self.registry)
+                    .map(|text| Full::new(Bytes::from(text))),
+            ),
+            _ => None,
+        }
+    }
+}
 
 /// What `GET /debug/runtime` reads.
 struct RuntimeProbe {

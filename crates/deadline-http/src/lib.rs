@@ -68,7 +68,7 @@ pub mod enforce;
 pub mod error;
 #[cfg(feature = "axum")]
 pub mod extract;
-mod log_limit;
+pub mod log_limit;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod metrics_hook;

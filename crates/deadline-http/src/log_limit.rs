@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 /// At most one line per interval for one kind of event (see the [module docs](self)).
 #[derive(Debug)]
-pub(crate) struct LogLimit {
+pub struct LogLimit {
     base: Instant,
     interval_ms: u64,
     /// When the last line was written, in ms since `base`, plus one (0: never).
@@ -25,7 +25,7 @@ pub(crate) struct LogLimit {
 
 impl LogLimit {
     /// A limit of one line per `interval`.
-    pub(crate) fn new(interval: Duration) -> LogLimit {
+    pub fn new(interval: Duration) -> LogLimit {
         LogLimit {
             base: Instant::now(),
             interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
@@ -36,7 +36,7 @@ impl LogLimit {
 
     /// Counts one occurrence; `Some(n)` when a line is due now, `n` the occurrences it stands
     /// for (this one included).
-    pub(crate) fn hit(&self) -> Option<u64> {
+    pub fn hit(&self) -> Option<u64> {
         self.count.fetch_add(1, Ordering::AcqRel);
         let now = u64::try_from(
             Instant::now()

@@ -27,7 +27,9 @@
 //!   answer): a peer that has vanished without closing (a host gone, a NAT entry dropped) is
 //!   found and its connection closed, even while a stream is open on it.
 //! - **A send timeout, 30 s by default** ([`ServeOptions::send_timeout`]): a connection whose
-//!   socket has refused every write for that long (the peer stopped reading) is dropped.
+//!   socket has refused every write for that long (the peer stopped reading) is dropped, and an
+//!   HTTP/2 stream whose answer has waited that long for flow-control window (the peer opened
+//!   it with a window of zero, or never grants more) is reset, its task and buffers freed.
 //! - **An optional connection limit** ([`ServeOptions::max_connections`]): at the limit, the
 //!   connection idle the longest is closed to make room; when none is idle, new connections
 //!   are closed as soon as they are accepted. Without a limit, file descriptors are the limit:
@@ -58,7 +60,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use http_body::Body;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -70,8 +72,10 @@ use crate::error::BoxError;
 use crate::log_limit::LogLimit;
 
 mod conn;
+mod stall;
 
 use conn::{Admit, ConnLimits, Counted, Registry, Tracked};
+use stall::StreamExec;
 
 /// How long a client may take to send a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -162,8 +166,9 @@ impl ServeOptions {
     }
 
     /// Sets how long a connection's socket may refuse every write (the peer reads nothing)
-    /// before the connection is dropped (default [`SEND_TIMEOUT`], 30 s). Zero is taken as
-    /// 1 ms.
+    /// before the connection is dropped, and how long an HTTP/2 stream's answer may wait for
+    /// flow-control window before the stream is reset (default [`SEND_TIMEOUT`], 30 s). Zero is
+    /// taken as 1 ms.
     pub fn send_timeout(mut self, timeout: Duration) -> ServeOptions {
         self.send_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -188,8 +193,10 @@ impl ServeOptions {
 
 /// HTTP/1.1 and h2c on one connection builder, each with a timer (hyper enforces its timeouts
 /// only with one).
-fn builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+fn builder(options: &ServeOptions) -> auto::Builder<StreamExec> {
+    let mut builder = auto::Builder::new(StreamExec {
+        send_timeout: options.send_timeout,
+    });
     builder
         .http1()
         .timer(TokioTimer::new())

@@ -83,3 +83,142 @@ fn shutdown_takes_at_most_the_drain_timeout() {
         "shutdown took {took:?} with --drain-timeout 2"
     );
 }
+
+/// Finding: a 200 KB `x-request-id` was forwarded to every hop and written into every hop's
+/// log. Now an id longer than 128 characters is replaced with one the hop makes, the hold log
+/// has the new one, and the replacements are logged at most once a second (20 requests in well
+/// under a second: one warning line, not twenty).
+#[test]
+fn a_request_id_longer_than_128_characters_is_replaced_and_logged_once() {
+    let dir = std::env::temp_dir().join(format!("deadline-cli-long-id-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("holds.jsonl");
+    let mut child = crate::util::bin()
+        .args(["service", "--name", "inventory", "--exit-on-stdin-close"])
+        .arg("--log")
+        .arg(&log)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_stdout, addr) = crate::util::ready_addr(&mut child);
+    let long = "x".repeat(129);
+    let header = format!("X-Request-Id: {long}\r\n");
+    for _ in 0..20 {
+        assert_eq!(crate::util::get(&addr, header.as_bytes()).status, 200);
+    }
+    // Exactly 128 is kept.
+    let kept = "k".repeat(128);
+    let header = format!("X-Request-Id: {kept}\r\n");
+    assert_eq!(crate::util::get(&addr, header.as_bytes()).status, 200);
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings = stderr.matches("x-request-id replaced").count();
+    assert!(
+        (1..=3).contains(&warnings),
+        "{warnings} warning lines for 20 replacements:\n{stderr}"
+    );
+    assert!(!stderr.contains(&long), "the long id is not written out");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains(&long), "the long id is not in the hold log");
+    let ids: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["request_id"].to_string())
+        .collect();
+    assert_eq!(ids.len(), 21, "{text}");
+    assert_eq!(
+        ids.iter().filter(|id| id.contains("inventory-")).count(),
+        20,
+        "each long id replaced by one made here: {ids:?}"
+    );
+    assert!(ids.iter().any(|id| id.contains(&kept)), "{ids:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Finding: requests without a budget queued without limit. With `--slots 1 --max-queue 1`,
+/// one works, one waits, and a third is refused at once with 503.
+#[test]
+fn a_full_queue_is_refused_with_503() {
+    let svc = Service::start(&[
+        "--name",
+        "inventory",
+        "--work",
+        "1500",
+        "--slots",
+        "1",
+        "--max-queue",
+        "1",
+    ]);
+    let addr = svc.addr.clone();
+    let first = std::thread::spawn({
+        let addr = addr.clone();
+        move || crate::util::get(&addr, b"").status
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let second = std::thread::spawn({
+        let addr = addr.clone();
+        move || crate::util::get(&addr, b"").status
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let refused = crate::util::get(&addr, b"");
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(
+        refused.elapsed < Duration::from_millis(1000),
+        "{:?}",
+        refused.elapsed
+    );
+    assert!(refused.body.contains("already waiting"), "{}", refused.body);
+    assert_eq!(first.join().unwrap(), 200);
+    assert_eq!(second.join().unwrap(), 200);
+}
+
+/// Finding: `/metrics` and `/debug/runtime` were served on the public port only. With
+/// `--admin-listen` they are served on an address of their own, and with `--no-public-admin`
+/// the public port treats them as ordinary work paths.
+#[test]
+fn admin_paths_are_served_apart_from_the_public_port() {
+    use std::io::BufRead;
+    let mut child = crate::util::bin()
+        .args(["service", "--name", "inventory", "--exit-on-stdin-close"])
+        .args(["--admin-listen", "127.0.0.1:0", "--no-public-admin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut stdout, public) = crate::util::ready_addr(&mut child);
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let admin = line
+        .trim()
+        .strip_prefix("admin on http://")
+        .unwrap_or_else(|| panic!("no admin line: {line:?}"))
+        .to_owned();
+    let get = |addr: &str, path: &str| {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    let metrics = get(&admin, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains("deadline_"), "{metrics}");
+    let runtime = get(&admin, "/debug/runtime");
+    assert!(runtime.contains("alive_tasks"), "{runtime}");
+    assert!(get(&admin, "/work").starts_with("HTTP/1.1 404"));
+    let public_metrics = get(&public, "/metrics");
+    assert!(!public_metrics.contains("deadline_"), "{public_metrics}");
+    assert!(
+        public_metrics.contains("inventory: done"),
+        "{public_metrics}"
+    );
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}

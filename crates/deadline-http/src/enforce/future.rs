@@ -134,6 +134,8 @@ pub(crate) enum Ending<B, E> {
     /// Refused at `now` by admission, on arrival or when granted a slot. Boxed, to keep every
     /// `Ending` (and `Step`) small.
     Shed { now: Instant, shed: Box<Shed> },
+    /// Refused at `now` on arrival: every slot busy and `waiting` (the limit) already waiting.
+    QueueFull { now: Instant, waiting: usize },
     /// Baseline mode: the spawned work ended (or the runtime cancelled it).
     #[cfg(feature = "baseline")]
     /// Boxed: it holds the hold's recorder, which would make every `Ending` (and `Step`) as
@@ -244,6 +246,12 @@ fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
                 return Step::End(Ending::Shed {
                     now: Instant::now(),
                     shed: Box::new(shed),
+                });
+            }
+            Arrival::QueueFull { waiting } => {
+                return Step::End(Ending::QueueFull {
+                    now: Instant::now(),
+                    waiting,
                 });
             }
         },
@@ -378,6 +386,11 @@ impl Reply {
                 let mut recorder = self.take_recorder();
                 recorder.left_queue(now);
                 Ok(super::queue::shed_answer(self, recorder, &shed))
+            }
+            Ending::QueueFull { now, waiting } => {
+                let mut recorder = self.take_recorder();
+                recorder.left_queue(now);
+                Ok(super::queue::queue_full_answer(self, recorder, waiting))
             }
             #[cfg(feature = "baseline")]
             Ending::Baseline(joined) => super::baseline::answer(self, *joined),

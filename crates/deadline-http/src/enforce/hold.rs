@@ -339,7 +339,11 @@ impl Recorder {
             exceeded: None,
             caller_left: None,
         };
-        let request_id = request.headers().get(super::REQUEST_ID_HEADER).cloned();
+        let request_id = request
+            .headers()
+            .get(super::REQUEST_ID_HEADER)
+            .filter(|id| super::is_usable_request_id(id.as_bytes()))
+            .cloned();
         Recorder::new(settings, hold, request_id, request.uri().clone())
     }
 

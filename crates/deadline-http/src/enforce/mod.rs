@@ -184,6 +184,17 @@ use queue::Slots;
 /// `X-Request-Id`: read into each [`Hold`] report, so reports from different hops can be joined.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
+/// The longest request id kept, in characters.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// Whether `id` is a request id worth keeping and forwarding: 1 to [`MAX_REQUEST_ID_LEN`]
+/// visible ASCII characters (no spaces). Anything else (a 200 KB value a caller sends to be
+/// copied into every hop's headers and logs, or bytes a log cannot show) is not: a [`Hold`]
+/// report leaves it out, and a hop should replace it with one of its own.
+pub fn is_usable_request_id(id: &[u8]) -> bool {
+    (1..=MAX_REQUEST_ID_LEN).contains(&id.len()) && id.iter().all(u8::is_ascii_graphic)
+}
+
 type HoldHook = Arc<dyn Fn(&Hold) + Send + Sync>;
 
 /// The settings of one [`EnforceDeadlineLayer`] and the state every service made from it
@@ -202,6 +213,8 @@ pub(crate) struct HopSettings {
     min_useful: Option<Duration>,
     /// Admission's cap on the expected wait for a slot, when it is on.
     max_queue_wait: Option<Duration>,
+    /// The longest the slots' wait list may grow, if bounded.
+    max_queue: Option<usize>,
     /// `false` in baseline mode.
     #[cfg(feature = "baseline")]
     enforce: bool,

@@ -120,6 +120,8 @@ pub(crate) struct Slots {
     min_useful: Option<Duration>,
     /// The cap on the expected wait, when it is on.
     max_wait: Option<Duration>,
+    /// The longest the wait list may grow, if bounded.
+    max_queue: Option<usize>,
 }
 
 /// Everything behind the lock.
@@ -168,6 +170,8 @@ pub(crate) enum Arrival {
     Wait(Waiter),
     /// Every slot busy, and admission says it could not finish.
     Shed(Shed),
+    /// Every slot busy and the wait list at its limit (`waiting` long).
+    QueueFull { waiting: usize },
 }
 
 impl Slots {
@@ -188,6 +192,7 @@ impl Slots {
             order,
             min_useful,
             max_wait: None,
+            max_queue: None,
         }
     }
 
@@ -201,6 +206,12 @@ impl Slots {
     /// observed.
     fn weighs(&self) -> bool {
         self.min_useful.is_some() || self.max_wait.is_some()
+    }
+
+    /// Bounds the wait list: with `max` waiting, an arrival that finds no free slot is refused.
+    pub(crate) fn max_queue(mut self, max: Option<usize>) -> Slots {
+        self.max_queue = max;
+        self
     }
 
     /// How many slots there are.
@@ -220,6 +231,11 @@ impl Slots {
         if list.free > 0 {
             list.free -= 1;
             return Arrival::Start(Slot::new(self.clone(), false));
+        }
+        if self.max_queue.is_some_and(|max| list.waiting.len() >= max) {
+            return Arrival::QueueFull {
+                waiting: list.waiting.len(),
+            };
         }
         let key = self.key(&mut list, deadline);
         if let (true, Some(_)) = (self.weighs(), deadline) {
@@ -472,6 +488,26 @@ pub(crate) fn shed_answer<B>(
     recorder.answer(Some(status), HoldOutcome::Shed);
     let message = format!(
         "{} refused the request at once, {shed}\n",
+        reply.settings.name
+    );
+    let mut response = reply.own_answer(recorder, status, message);
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("0"));
+    response
+}
+
+/// The 503 for a request refused because `waiting` requests already wait for a slot.
+pub(crate) fn queue_full_answer<B>(
+    reply: &Reply,
+    mut recorder: Recorder,
+    waiting: usize,
+) -> Response<EnforceBody<B>> {
+    let status = StatusCode::SERVICE_UNAVAILABLE;
+    recorder.answer(Some(status), HoldOutcome::Shed);
+    let message = format!(
+        "{} refused the request at once: every worker busy and {waiting} requests already \
+         waiting (the queue's limit)\n",
         reply.settings.name
     );
     let mut response = reply.own_answer(recorder, status, message);

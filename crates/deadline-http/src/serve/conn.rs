@@ -46,6 +46,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower_service::Service;
 
+use super::stall::StreamClock;
+
 /// How long a connection asked to close gracefully may stay open once no request is open on
 /// it, before its socket is dropped (an HTTP/2 peer that does not answer the closing PING).
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(1);
@@ -444,16 +446,27 @@ where
         let this = self.project();
         let response = std::task::ready!(this.inner.poll(cx))?;
         let open = this.open.take();
-        Poll::Ready(Ok(response.map(|inner| CountedBody { inner, _open: open })))
+        // On HTTP/2 this runs in the stream's own task: its answer now waits to be sent.
+        let clock = StreamClock::current();
+        if let Some(clock) = &clock {
+            clock.waiting();
+        }
+        Poll::Ready(Ok(response.map(|inner| CountedBody {
+            inner,
+            clock,
+            _open: open,
+        })))
     }
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that keeps its request counted open until it is dropped.
+    /// A response body that keeps its request counted open until it is dropped, and on
+    /// HTTP/2 tells its stream's clock when it waits on the peer.
     #[derive(Debug)]
     pub(super) struct CountedBody<B> {
         #[pin]
         inner: B,
+        clock: Option<Arc<StreamClock>>,
         _open: Option<OpenRequest>,
     }
 }
@@ -466,7 +479,16 @@ impl<B: Body> Body for CountedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        let poll = this.inner.poll_frame(cx);
+        if let Some(clock) = this.clock {
+            // Data given: hyper asks again once the peer has taken it (window to send more).
+            match &poll {
+                Poll::Ready(Some(Ok(frame))) if frame.is_data() => clock.waiting(),
+                _ => clock.not_waiting(),
+            }
+        }
+        poll
     }
 
     fn is_end_stream(&self) -> bool {

@@ -282,3 +282,42 @@ async fn a_queued_request_is_shed_at_the_grant_when_too_little_is_left() {
     assert_eq!(next.await.unwrap().status(), StatusCode::OK);
     assert_eq!(Instant::now() - t0, 160 * MS);
 }
+
+/// Finding: requests without a budget queued without limit and were never shed (20,000 waited,
+/// 140 MB). With `max_queue(2)` and the only slot busy, two wait and the third is refused at
+/// once with 503 — budget or not — and the two that waited are served.
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_refuses_requests_with_or_without_a_budget() {
+    let starts = Starts::default();
+    let holds = Holds::default();
+    let service = holds.layer().slots(1).max_queue(2).layer(starts.service());
+    let busy = send(&service, "/busy/100", None);
+    settle().await;
+    let waiting = [
+        send(&service, "/w1/10", None),
+        send(&service, "/w2/10", Some("5000")),
+    ];
+    settle().await;
+    let start = Instant::now();
+    for (label, budget) in [("none", None), ("budget", Some("5000"))] {
+        let refused = send(&service, &format!("/{label}/10"), budget)
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "{label}");
+        assert_eq!(refused.headers().get(RETRY_AFTER).unwrap(), "0");
+        assert_eq!(Instant::now(), start, "refused at once");
+        let body = text(refused).await;
+        assert!(body.contains("2 requests already waiting"), "{body}");
+    }
+    busy.await.unwrap();
+    for call in waiting {
+        assert_eq!(call.await.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(starts.take(), ["busy", "w1", "w2"]);
+    let shed = holds
+        .take()
+        .iter()
+        .filter(|h| h.outcome == HoldOutcome::Shed)
+        .count();
+    assert_eq!(shed, 2);
+}

@@ -19,6 +19,7 @@ fn start(arrival: Arrival) -> Slot {
         Arrival::Start(slot) => slot,
         Arrival::Wait(_) => panic!("waited with a free slot"),
         Arrival::Shed(shed) => panic!("shed with a free slot: {shed}"),
+        Arrival::QueueFull { waiting } => panic!("queue full with a free slot: {waiting}"),
     }
 }
 
@@ -27,6 +28,7 @@ fn wait(arrival: Arrival) -> Waiter {
         Arrival::Wait(waiter) => waiter,
         Arrival::Start(_) => panic!("started with every slot busy"),
         Arrival::Shed(shed) => panic!("shed: {shed}"),
+        Arrival::QueueFull { waiting } => panic!("queue full: {waiting} waiting"),
     }
 }
 
