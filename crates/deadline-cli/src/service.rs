@@ -15,7 +15,7 @@ use bytes::Bytes;
 use clap::Args;
 use deadline::{Budget, CallPolicy};
 use deadline_http::enforce::{
-    EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER, is_usable_request_id,
+    EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER, TraceExposure, is_usable_request_id,
 };
 use deadline_http::log_limit::LogLimit;
 use deadline_http::metrics::DeadlineMetrics;
@@ -132,6 +132,11 @@ pub(crate) struct ServiceArgs {
     /// Send no `Server-Timing` header (queue, work and budget times) with the answers.
     #[arg(long)]
     pub no_server_timing: bool,
+    /// Who gets this hop's `Deadline-Trace` and `Server-Timing` headers: `always`, `budgeted`
+    /// (only callers that sent a budget) or `off`. An edge the public can reach limits them:
+    /// they map the internal call graph and its timings.
+    #[arg(long, default_value = "always")]
+    pub trace: TraceExposure,
     /// Write one JSON line per worker hold to this file.
     #[arg(long)]
     pub log: Option<PathBuf>,
@@ -407,7 +412,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .accept(args.dialects.accept)
         .skew_guard(args.dialects.guard())
         .record_metrics(&metrics)
-        .server_timing(!args.no_server_timing);
+        .server_timing(!args.no_server_timing)
+        .trace_exposure(args.trace.clone());
     enforce = enforce.queue(args.queue);
     if args.admission {
         let min_useful = args.admission_min_useful.unwrap_or(args.work);

@@ -10,17 +10,18 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use deadline_http::{CallPolicy, DeadlineClient, EnforceDeadlineLayer};
+use deadline_http::{CallError, CallPolicy, DeadlineClient, EnforceDeadlineLayer};
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     // Calls to inventory: 1 s per attempt, at most 3 attempts, and never past the deadline of
     // the request being served (the client reads it from the task; no code in the handler).
     let policy = CallPolicy::new(Duration::from_secs(1), 3).expect("a valid policy");
-    let inventory = DeadlineClient::new(policy).target("inventory");
+    let inventory = DeadlineClient::new(policy)
+        .target("inventory")
+        // Inventory's "my deadline ran out" (504) becomes an error, passed on by `?`.
+        .deadline_answer_as_error(true);
 
     let app = Router::new()
         .route("/order/{id}", get(order))
@@ -34,21 +35,19 @@ async fn main() -> std::io::Result<()> {
     deadline_http::serve(listener, app, std::future::pending()).await
 }
 
-/// Calls inventory with what is left of the caller's budget.
-async fn order(State(inventory): State<DeadlineClient>, Path(id): Path<u32>) -> Response {
-    let url = format!("http://127.0.0.1:3000/stock/{id}");
-    match inventory.get(url).await {
-        // Inventory ran out of the time it was given: so did this request.
-        Ok(reply) if reply.status() == StatusCode::GATEWAY_TIMEOUT => {
-            (StatusCode::GATEWAY_TIMEOUT, "inventory ran out of time\n").into_response()
-        }
-        Ok(reply) => format!("order {id}: inventory answered {}\n", reply.status()).into_response(),
-        // The deadline ran out during the call, or too little was left to send it.
-        Err(e) if e.is_deadline() => {
-            (StatusCode::GATEWAY_TIMEOUT, format!("{e}\n")).into_response()
-        }
-        Err(e) => (StatusCode::BAD_GATEWAY, format!("{e}\n")).into_response(),
-    }
+/// Calls inventory with what is left of the caller's budget. `?` answers for a failed call:
+/// 504 when the deadline ended it (here or at inventory), 502 when inventory failed.
+async fn order(
+    State(inventory): State<DeadlineClient>,
+    Path(id): Path<u32>,
+) -> Result<String, CallError> {
+    let reply = inventory
+        .get(format!("http://127.0.0.1:3000/stock/{id}"))
+        .await?;
+    Ok(format!(
+        "order {id}: inventory answered {}\n",
+        reply.status()
+    ))
 }
 
 /// Stands in for the inventory service (here on the same server): 500 ms of work.

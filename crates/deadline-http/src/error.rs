@@ -24,6 +24,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct DeadlineExceeded {
     activity: Activity,
     call: Option<CallFigures>,
+    /// What the downstream answered, when it said the deadline ran out there.
+    answered: Option<&'static str>,
 }
 
 /// What an outbound call had done when its deadline ran out.
@@ -39,6 +41,7 @@ impl DeadlineExceeded {
         DeadlineExceeded {
             activity,
             call: None,
+            answered: None,
         }
     }
 
@@ -53,7 +56,26 @@ impl DeadlineExceeded {
                 attempts_sent,
                 stop,
             }),
+            answered: None,
         }
+    }
+
+    /// The downstream `target` answered that the deadline the call carried ran out there:
+    /// `answer` is what it said (`"504"`, or `"DEADLINE_EXCEEDED"` from a gRPC callee). See
+    /// [`PropagateDeadline::deadline_answer_as_error`](crate::PropagateDeadline::deadline_answer_as_error).
+    pub fn answered(target: impl Into<String>, answer: &'static str) -> DeadlineExceeded {
+        DeadlineExceeded {
+            activity: Activity::Calling {
+                target: target.into(),
+            },
+            call: None,
+            answered: Some(answer),
+        }
+    }
+
+    /// What the downstream answered, when its answer said that the deadline ran out there.
+    pub fn downstream_answer(&self) -> Option<&'static str> {
+        self.answered
     }
 
     /// What the hop was doing when time ran out.
@@ -81,6 +103,9 @@ impl fmt::Display for DeadlineExceeded {
         }) = self.call
         {
             write!(f, " after {attempts_sent} attempt(s) sent ({stop})")?;
+        }
+        if let Some(answer) = self.answered {
+            write!(f, " (it answered {answer})")?;
         }
         Ok(())
     }
@@ -264,19 +289,32 @@ impl fmt::Display for CallError {
     }
 }
 
-/// The deadline variants give their wrapped error as the source, so code that walks an error
-/// chain (or downcasts each link) finds the [`DeadlineExceeded`] or [`AttemptSkipped`] there,
-/// as it finds the inner service's error of [`CallError::Inner`]. Their message is the wrapped
-/// error's too, so a printer of whole chains shows it twice.
+/// The deadline variants are transparent: their message is the wrapped error's, and their
+/// source is the wrapped error's source (none), so a printer of whole chains (`{:#}` with
+/// `anyhow`) shows the message once. Match the variant to reach the [`DeadlineExceeded`] or
+/// [`AttemptSkipped`]. The other variants say what failed and give the cause as their source.
 impl std::error::Error for CallError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            CallError::DeadlineExceeded(e) => Some(e),
-            CallError::AttemptSkipped(e) => Some(e),
+            CallError::DeadlineExceeded(e) => e.source(),
+            CallError::AttemptSkipped(e) => e.source(),
             CallError::TimedOut { .. } => None,
             CallError::Inner { source, .. } => Some(source.as_ref()),
             CallError::InvalidRequest(e) => Some(e),
         }
+    }
+}
+
+/// A handler that returns `Result<_, CallError>` can use `?` on [`check`](crate::check()) too.
+impl From<DeadlineExceeded> for CallError {
+    fn from(error: DeadlineExceeded) -> CallError {
+        CallError::DeadlineExceeded(error)
+    }
+}
+
+impl From<AttemptSkipped> for CallError {
+    fn from(error: AttemptSkipped) -> CallError {
+        CallError::AttemptSkipped(error)
     }
 }
 
@@ -372,25 +410,59 @@ mod tests {
         assert!(boxed.downcast_ref::<DeadlineExceeded>().is_some());
     }
 
-    /// The deadline variants expose what they wrap, so a chain walker can downcast it.
+    /// Every message of an error and its sources, as `anyhow`'s `{:#}` joins them.
+    fn chain(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
+        std::iter::successors(Some(error), |e| e.source())
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// Regression: the deadline variants printed the wrapped error and also returned it as
+    /// their source, so a printer of whole chains showed the same message twice.
     #[test]
-    fn deadline_variants_expose_what_they_wrap_as_their_source() {
-        use std::error::Error as _;
-        let deadline =
-            CallError::DeadlineExceeded(DeadlineExceeded::calling("orders", 2, not_enough(3)));
-        let source = deadline.source().expect("a source");
-        let inner = source
-            .downcast_ref::<DeadlineExceeded>()
-            .expect("DeadlineExceeded");
-        assert_eq!(inner.attempts_sent(), Some(2));
-        let skipped = CallError::AttemptSkipped(AttemptSkipped::new(0, not_enough(1)));
-        let source = skipped.source().expect("a source");
-        assert!(source.downcast_ref::<AttemptSkipped>().is_some());
-        let timed_out = CallError::TimedOut {
-            attempts_sent: 3,
-            timeout: ms(1_000),
-        };
-        assert!(timed_out.source().is_none());
+    fn a_chain_printer_shows_each_message_once() {
+        let errors = [
+            CallError::DeadlineExceeded(DeadlineExceeded::calling("orders", 2, not_enough(3))),
+            CallError::DeadlineExceeded(DeadlineExceeded::answered("orders", "504")),
+            CallError::AttemptSkipped(AttemptSkipped::new(0, not_enough(1))),
+            CallError::TimedOut {
+                attempts_sent: 3,
+                timeout: ms(1_000),
+            },
+            CallError::Inner {
+                attempts_sent: 3,
+                source: "connection refused".into(),
+            },
+            CallError::InvalidRequest(http::Uri::try_from("http://a b").unwrap_err().into()),
+        ];
+        for error in &errors {
+            let messages = chain(error);
+            let unique: HashSet<&String> = messages.iter().collect();
+            assert_eq!(unique.len(), messages.len(), "{messages:?}");
+            assert!(
+                messages.windows(2).all(|w| !w[0].contains(w[1].as_str())),
+                "a message repeats its source: {messages:?}"
+            );
+        }
+        assert_eq!(
+            chain(&errors[4]),
+            ["the last of 3 attempt(s) failed", "connection refused"]
+        );
+    }
+
+    #[test]
+    fn handler_errors_convert_into_call_errors() {
+        let from_check: CallError = DeadlineExceeded::new(Activity::Working).into();
+        assert!(from_check.is_deadline() && !from_check.is_skipped());
+        let skipped: CallError = AttemptSkipped::new(0, not_enough(1)).into();
+        assert!(skipped.is_skipped());
+        let answered = DeadlineExceeded::answered("inventory", "DEADLINE_EXCEEDED");
+        assert_eq!(answered.downstream_answer(), Some("DEADLINE_EXCEEDED"));
+        assert_eq!((answered.attempts_sent(), answered.stop()), (None, None));
+        assert_eq!(
+            answered.to_string(),
+            "deadline exceeded while calling inventory (it answered DEADLINE_EXCEEDED)"
+        );
     }
 
     #[test]

@@ -24,6 +24,9 @@
 //!
 //! Handlers can also return [`DeadlineExceeded`] (from [`check`](crate::check())): it answers
 //! 504, which the layer reports as [`HoldOutcome::Deadline`](crate::HoldOutcome::Deadline).
+//! So does a [`CallError`] that the deadline caused, so `?` works on outbound calls: a handler
+//! returning `Result<_, CallError>` uses `?` on [`DeadlineClient`](crate::DeadlineClient)
+//! calls and on `check()` alike (see [`CallError`'s response](CallError#impl-IntoResponse-for-CallError)).
 
 use std::convert::Infallible;
 use std::fmt;
@@ -36,7 +39,7 @@ use http::StatusCode;
 use http::request::Parts;
 
 use crate::context::DeadlineContext;
-use crate::error::DeadlineExceeded;
+use crate::error::{AttemptSkipped, CallError, DeadlineExceeded};
 
 /// The request's deadline, as set by the enforce layer from the caller's budget.
 ///
@@ -165,6 +168,34 @@ impl IntoResponse for MissingContext {
 impl IntoResponse for DeadlineExceeded {
     fn into_response(self) -> Response {
         (StatusCode::GATEWAY_TIMEOUT, format!("{self}\n")).into_response()
+    }
+}
+
+/// A handler that could not send a call in time answers 504 with the planner's reason.
+impl IntoResponse for AttemptSkipped {
+    fn into_response(self) -> Response {
+        (StatusCode::GATEWAY_TIMEOUT, format!("{self}\n")).into_response()
+    }
+}
+
+/// A handler whose outbound call failed (`?` on the call) answers for it: 504 when the deadline
+/// ended the call ([`CallError::is_deadline`]: this request's time ran out during the call, too
+/// little was left to send it, or, with
+/// [`deadline_answer_as_error`](crate::PropagateDeadline::deadline_answer_as_error), the
+/// callee said the deadline ran out there); 500 for a request the handler could not build; 502
+/// for every other failure of the downstream. The body is the error's message: it names the
+/// target and the attempts, never the underlying connection error, whose text can carry
+/// internal addresses.
+impl IntoResponse for CallError {
+    fn into_response(self) -> Response {
+        let status = if self.is_deadline() {
+            StatusCode::GATEWAY_TIMEOUT
+        } else if matches!(self, CallError::InvalidRequest(_)) {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::BAD_GATEWAY
+        };
+        (status, format!("{self}\n")).into_response()
     }
 }
 

@@ -18,4 +18,5 @@ mod postgres;
 mod service;
 mod stream;
 mod trace;
+mod trace_exposure;
 mod util;

@@ -87,6 +87,11 @@ where
 {
     let ctx = DeadlineContext::new(None, settings.reserve, arrival);
     let caller = super::Caller::of(request.headers());
+    // Baseline reads no budget: a budget header's presence is what "sent a budget" means here.
+    let budgeted = request.headers().contains_key(deadline::BUDGET_HEADER);
+    let expose = settings
+        .exposure
+        .allows(request.headers(), request.extensions(), budgeted);
     request.extensions_mut().insert(ctx.clone());
     let slots = settings.slots.clone();
     let task_ctx = ctx.clone();
@@ -123,6 +128,7 @@ where
         settings: settings.clone(),
         recorder: None,
         caller,
+        expose,
     };
     ResponseFuture::new(State::Baseline { task }, None, reply)
 }
@@ -156,10 +162,12 @@ pub(crate) fn answer<B, E>(
                     status,
                     EnforceBody::text(format!("{} is shutting down\n", reply.settings.name), None),
                 );
-                response.headers_mut().insert(
-                    deadline::TRACE_HEADER,
-                    root_only(&reply.settings, end_ms, status),
-                );
+                if reply.expose {
+                    response.headers_mut().insert(
+                        deadline::TRACE_HEADER,
+                        root_only(&reply.settings, end_ms, status),
+                    );
+                }
                 Ok(response)
             }
         },

@@ -153,6 +153,9 @@ pub(crate) struct Reply {
     pub(crate) recorder: Option<Recorder>,
     /// The terms the layer's own answers are given in.
     pub(crate) caller: Caller,
+    /// Whether the answer carries this hop's `Deadline-Trace` and `Server-Timing` (see
+    /// [`TraceExposure`](super::TraceExposure)).
+    pub(crate) expose: bool,
 }
 
 impl<B, E, F> fmt::Debug for ResponseFuture<B, E, F> {
@@ -425,12 +428,17 @@ impl Reply {
         let status = answer::delivered_status(self.caller, &response);
         recorder.answer(Some(status), HoldOutcome::of_status(status));
         recorder.delivered();
-        let trace = trace_header(&self.settings, &self.ctx, recorder.hold(), status, now);
         let (mut parts, body) = response.into_parts();
-        parts.headers.insert(deadline::TRACE_HEADER, trace);
-        parts
-            .headers
-            .extend(server_timing::header(&self.settings, recorder.hold()));
+        if self.expose {
+            let trace = trace_header(&self.settings, &self.ctx, recorder.hold(), status, now);
+            parts.headers.insert(deadline::TRACE_HEADER, trace);
+            parts
+                .headers
+                .extend(server_timing::header(&self.settings, recorder.hold()));
+        } else {
+            // Nor a trace the inner service relayed from downstream.
+            parts.headers.remove(deadline::TRACE_HEADER);
+        }
         Response::from_parts(
             parts,
             EnforceBody::inner(body, recorder, self.cutoff, self.caller),
@@ -446,6 +454,9 @@ impl Reply {
         message: String,
     ) -> Response<EnforceBody<B>> {
         recorder.delivered();
+        if !self.expose {
+            return answer::own(self.caller, status, message, recorder);
+        }
         let trace = trace_header(
             &self.settings,
             &self.ctx,

@@ -70,6 +70,7 @@ impl EnforceDeadlineLayer {
                 enforce: true,
                 sources: super::sources::Sources::default(),
                 server_timing: true,
+                exposure: super::TraceExposure::Always,
                 on_hold: None,
                 metrics: HoldMetrics::default(),
                 prometheus: Default::default(),
@@ -220,6 +221,17 @@ impl EnforceDeadlineLayer {
     /// wrote itself is kept either way.
     pub fn server_timing(mut self, on: bool) -> Self {
         self.settings.server_timing = on;
+        self
+    }
+
+    /// Which callers get this hop's `Deadline-Trace` and `Server-Timing` headers: everyone
+    /// ([`TraceExposure::Always`](super::TraceExposure::Always), the default), callers that
+    /// sent a budget, callers an application predicate trusts, or nobody. A service that the
+    /// public can reach limits them: the trace is a map of the internal call graph and its
+    /// timings (see [`exposure`](super::exposure) for the rule). Hold reports, metrics and
+    /// outbound calls are the same whatever the exposure.
+    pub fn trace_exposure(mut self, exposure: super::TraceExposure) -> Self {
+        self.settings.exposure = exposure;
         self
     }
 

@@ -144,6 +144,7 @@ pub mod answer;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod body;
+pub mod exposure;
 pub mod future;
 mod hold;
 mod hop_trace;
@@ -168,6 +169,7 @@ use tower_service::Service;
 
 pub use answer::Caller;
 pub use body::EnforceBody;
+pub use exposure::{TraceExposure, UnknownExposure};
 pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
 pub use phase::Phase;
@@ -221,6 +223,8 @@ pub(crate) struct HopSettings {
     sources: sources::Sources,
     /// Whether answers carry a `Server-Timing` header.
     server_timing: bool,
+    /// Which callers see `Deadline-Trace` and `Server-Timing`.
+    exposure: TraceExposure,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
     prometheus: crate::metrics_hook::HopHook,
@@ -240,6 +244,7 @@ impl fmt::Debug for HopSettings {
         debug
             .field("sources", &self.sources)
             .field("server_timing", &self.server_timing)
+            .field("exposure", &self.exposure)
             .field("on_hold", &self.on_hold.is_some())
             .finish()
     }
@@ -318,6 +323,11 @@ where
             settings.max_budget,
             caller.is_grpc(),
         );
+        let expose = settings.exposure.allows(
+            request.headers(),
+            request.extensions(),
+            !matches!(budget, Ok(None)),
+        );
         let reject = |recorder, status, message| {
             let reply = Reply {
                 cutoff: None,
@@ -325,6 +335,7 @@ where
                 settings: settings.clone(),
                 recorder: Some(recorder),
                 caller,
+                expose,
             };
             ResponseFuture::reject(reply, status, message)
         };
@@ -375,6 +386,7 @@ where
             settings: settings.clone(),
             recorder: Some(recorder),
             caller,
+            expose,
         };
         ResponseFuture::run(reply, work, settings.slots.clone())
     }

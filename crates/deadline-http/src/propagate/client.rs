@@ -148,6 +148,16 @@ impl DeadlineClient {
         }
     }
 
+    /// A final 504 / DEADLINE_EXCEEDED answer becomes [`CallError::DeadlineExceeded`], so a
+    /// handler passes it on with `?` (see [`PropagateDeadline::deadline_answer_as_error`];
+    /// default `false`: every response is `Ok`).
+    #[must_use = "this returns the client with the option set; the original is unchanged"]
+    pub fn deadline_answer_as_error(self, on: bool) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.deadline_answer_as_error(on),
+        }
+    }
+
     /// When a callee's 504 is retried (see [`PropagateDeadline::callee_504`]).
     #[must_use = "this returns the client with the rule set; the original is unchanged"]
     pub fn callee_504(self, rule: Callee504) -> DeadlineClient {

@@ -20,6 +20,7 @@ pub struct PropagateDeadlineLayer {
     /// Shared by every service this layer makes.
     retries: Arc<Retries>,
     max_body: u64,
+    deadline_answers: bool,
 }
 
 impl PropagateDeadlineLayer {
@@ -32,7 +33,15 @@ impl PropagateDeadlineLayer {
             metrics: Default::default(),
             retries: Retries::new(super::RetrySettings::default()),
             max_body: super::DEFAULT_MAX_BODY,
+            deadline_answers: false,
         }
+    }
+
+    /// A final 504 / DEADLINE_EXCEEDED answer becomes an error (see
+    /// [`PropagateDeadline::deadline_answer_as_error`]; default `false`).
+    pub fn deadline_answer_as_error(mut self, on: bool) -> PropagateDeadlineLayer {
+        self.deadline_answers = on;
+        self
     }
 
     /// Also tells every callee its budget in these headers, each written from the one budget
@@ -119,6 +128,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             metrics: self.metrics.clone(),
             retries: Arc::clone(&self.retries),
             max_body: self.max_body,
+            deadline_answers: self.deadline_answers,
         }
     }
 }

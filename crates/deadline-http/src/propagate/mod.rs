@@ -187,6 +187,7 @@
 //! [`DeadlineContext::current`]: crate::DeadlineContext::current
 //! [`Activity::Calling`]: crate::Activity::Calling
 //! [`Plan::next`]: deadline::Plan::next
+mod answers;
 mod attempt;
 pub mod body;
 mod call;
@@ -247,6 +248,8 @@ pub struct PropagateDeadline<S> {
     retries: Arc<Retries>,
     /// The largest response body read, in bytes.
     max_body: u64,
+    /// A final 504 / DEADLINE_EXCEEDED answer becomes an error (see [`answers`]).
+    deadline_answers: bool,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -277,7 +280,19 @@ impl<S> PropagateDeadline<S> {
             metrics: Default::default(),
             retries: Retries::new(RetrySettings::default()),
             max_body: DEFAULT_MAX_BODY,
+            deadline_answers: false,
         }
+    }
+
+    /// With `true`, a call that ends with the callee saying that the deadline ran out there
+    /// (HTTP 504, or a trailers-only gRPC DEADLINE_EXCEEDED) fails with
+    /// [`CallError::DeadlineExceeded`] instead of returning that response, so a handler can pass
+    /// it on with `?`. The default, `false`, returns every response as `Ok`. Retries are decided
+    /// first, as always: only the answer the call ends with is converted.
+    #[must_use = "this returns the service with the option set; the original is unchanged"]
+    pub fn deadline_answer_as_error(mut self, on: bool) -> PropagateDeadline<S> {
+        self.deadline_answers = on;
+        self
     }
 
     /// Also tells every callee its budget in these headers (see [`dialects`]); the default is
@@ -437,6 +452,11 @@ impl<S> PropagateDeadline<S> {
             (explicit, served) => explicit.or(served),
         };
         let metrics = self.metrics.call(&request);
+        // The name a deadline answer's error gives the callee, taken only when one is wanted.
+        let answer_target = self.deadline_answers.then(|| match &self.target {
+            Some(target) => Arc::clone(&target.name),
+            None => Arc::from(attempt::authority_name(&request)),
+        });
         let call = Call {
             inner: self.inner.clone(),
             policy: self.policy,
@@ -450,7 +470,13 @@ impl<S> PropagateDeadline<S> {
             retries: Arc::clone(&self.retries),
         };
         let max_body = self.max_body;
-        ResponseFuture::new(async move { Ok(body::wrap(call.run().await?, max_body)) })
+        match answer_target {
+            None => ResponseFuture::new(async move { Ok(body::wrap(call.run().await?, max_body)) }),
+            Some(target) => ResponseFuture::new(async move {
+                answers::deadline_answer_as_error(call.run().await, &target)
+                    .map(|response| body::wrap(response, max_body))
+            }),
+        }
     }
 }
 

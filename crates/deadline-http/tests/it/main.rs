@@ -2,7 +2,10 @@
 
 mod dialects;
 mod enforce;
+mod exposure;
 mod h2;
+#[cfg(feature = "axum")]
+mod handlers;
 mod http_memory;
 mod loopback_client;
 mod loopback_hedge;

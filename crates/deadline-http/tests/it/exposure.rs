@@ -1,0 +1,143 @@
+//! Trace exposure at the enforce layer: which answers carry this hop's `Deadline-Trace` and
+//! `Server-Timing`, for the handler's answers and the layer's own (400, 504).
+
+use std::convert::Infallible;
+
+use deadline_http::EnforceDeadlineLayer;
+use deadline_http::enforce::TraceExposure;
+use http::{HeaderValue, Request, Response, StatusCode};
+use tower::{Layer, ServiceExt, service_fn};
+
+/// What a request with `headers` to `path` got: its status, and whether it carried a
+/// `Deadline-Trace` and a `Server-Timing`. `/relay` answers with a `Deadline-Trace` of its own,
+/// as a handler passing on a downstream's would.
+async fn answer(
+    layer: &EnforceDeadlineLayer,
+    path: &str,
+    headers: &[(&'static str, &'static str)],
+) -> (StatusCode, bool, bool) {
+    let handler = service_fn(|request: Request<String>| async move {
+        let mut response = Response::new(String::from("ok"));
+        if request.uri().path() == "/relay" {
+            response.headers_mut().insert(
+                "deadline-trace",
+                HeaderValue::from_static("inventory@0-5=200"),
+            );
+        }
+        Ok::<_, Infallible>(response)
+    });
+    let mut request = Request::get(path)
+        .body(String::new())
+        .expect("a valid request");
+    for (name, value) in headers {
+        request
+            .headers_mut()
+            .insert(*name, HeaderValue::from_static(value));
+    }
+    let response = layer
+        .clone()
+        .layer(handler)
+        .oneshot(request)
+        .await
+        .expect("infallible");
+    let has = |name: &str| response.headers().contains_key(name);
+    (
+        response.status(),
+        has("deadline-trace"),
+        has("server-timing"),
+    )
+}
+
+const BUDGET: (&str, &str) = ("deadline-budget-ms", "1000");
+const SPENT: (&str, &str) = ("deadline-budget-ms", "0");
+const MALFORMED: (&str, &str) = ("deadline-budget-ms", "junk");
+const INTERNAL: (&str, &str) = ("x-internal-caller", "1");
+
+#[tokio::test]
+async fn every_answer_carries_the_trace_by_default() {
+    let layer = EnforceDeadlineLayer::new("edge");
+    assert_eq!(answer(&layer, "/", &[]).await, (StatusCode::OK, true, true));
+    assert_eq!(
+        answer(&layer, "/", &[SPENT]).await,
+        (StatusCode::GATEWAY_TIMEOUT, true, true)
+    );
+}
+
+#[tokio::test]
+async fn off_sends_no_trace_and_no_timing_and_removes_a_relayed_trace() {
+    let layer = EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::Off);
+    for headers in [&[][..], &[BUDGET], &[INTERNAL]] {
+        assert_eq!(
+            answer(&layer, "/", headers).await,
+            (StatusCode::OK, false, false)
+        );
+    }
+    assert_eq!(
+        answer(&layer, "/", &[SPENT]).await,
+        (StatusCode::GATEWAY_TIMEOUT, false, false)
+    );
+    assert_eq!(
+        answer(&layer, "/", &[MALFORMED]).await,
+        (StatusCode::BAD_REQUEST, false, false)
+    );
+    assert_eq!(
+        answer(&layer, "/relay", &[BUDGET]).await,
+        (StatusCode::OK, false, false)
+    );
+}
+
+#[tokio::test]
+async fn budgeted_shows_the_trace_only_to_callers_that_sent_a_budget() {
+    let layer = EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::Budgeted);
+    assert_eq!(
+        answer(&layer, "/", &[]).await,
+        (StatusCode::OK, false, false)
+    );
+    assert_eq!(
+        answer(&layer, "/relay", &[]).await,
+        (StatusCode::OK, false, false)
+    );
+    assert_eq!(
+        answer(&layer, "/", &[BUDGET]).await,
+        (StatusCode::OK, true, true)
+    );
+    assert_eq!(
+        answer(&layer, "/", &[SPENT]).await,
+        (StatusCode::GATEWAY_TIMEOUT, true, true)
+    );
+    assert_eq!(
+        answer(&layer, "/", &[MALFORMED]).await,
+        (StatusCode::BAD_REQUEST, true, true)
+    );
+}
+
+#[tokio::test]
+async fn trusted_asks_the_applications_predicate() {
+    let layer =
+        EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::trusted(|headers, _| {
+            headers.contains_key("x-internal-caller")
+        }));
+    assert_eq!(
+        answer(&layer, "/", &[BUDGET]).await,
+        (StatusCode::OK, false, false)
+    );
+    assert_eq!(
+        answer(&layer, "/", &[INTERNAL]).await,
+        (StatusCode::OK, true, true)
+    );
+    assert_eq!(
+        answer(&layer, "/", &[INTERNAL, SPENT]).await,
+        (StatusCode::GATEWAY_TIMEOUT, true, true)
+    );
+}
+
+#[tokio::test]
+async fn server_timing_off_still_sends_the_trace_to_whom_it_is_exposed() {
+    let layer = EnforceDeadlineLayer::new("edge")
+        .server_timing(false)
+        .trace_exposure(TraceExposure::Budgeted);
+    assert_eq!(
+        answer(&layer, "/", &[BUDGET]).await,
+        (StatusCode::OK, true, false)
+    );
+}
