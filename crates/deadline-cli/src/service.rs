@@ -453,17 +453,17 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             let sent = req.headers().get(REQUEST_ID_HEADER);
             if !sent.is_some_and(|id| is_usable_request_id(id.as_bytes())) {
                 let id = ids.next();
-                if let Some(sent) = sent {
-                    if let Some(replaced) = replaced_ids.hit() {
-                        tracing::warn!(
-                            service = %service_name,
-                            sent_len = sent.len(),
-                            new_id = %id,
-                            replaced,
-                            "x-request-id replaced: not 1 to 128 visible ASCII characters \
-                             (replaced: how many since the last such line)"
-                        );
-                    }
+                if let Some(sent) = sent
+                    && let Some(replaced) = replaced_ids.hit()
+                {
+                    tracing::warn!(
+                        service = %service_name,
+                        sent_len = sent.len(),
+                        new_id = %id,
+                        replaced,
+                        "x-request-id replaced: not 1 to 128 visible ASCII characters \
+                         (replaced: how many since the last such line)"
+                    );
                 }
                 if let Ok(id) = HeaderValue::from_str(&id) {
                     req.headers_mut().insert(REQUEST_ID_HEADER, id);
