@@ -12,6 +12,11 @@
 //! call's gRPC status and decoded `grpc-message`, read from the trailers or, for a
 //! trailers-only answer, from the headers (the trace is read from either too).
 //!
+//! The body is read frame by frame: a streamed answer (`deadline service --stream`) is reported
+//! as the chunks (gRPC: messages) received, each with when it arrived, and how the stream ended:
+//! complete, or broken off (the connection closed mid-body, or the HTTP/2 stream reset), with
+//! the error as the client read it; a gRPC stream's status comes from its trailers.
+//!
 //! A server that sends no trace still gets its status, time and body reported. The hop view is
 //! the core's ([`deadline::trace::hops`]): a callee's budget is only bounded there (the trace
 //! carries times, not budgets), and the output says so.
@@ -30,13 +35,14 @@ use deadline::{BUDGET_HEADER, Budget as BudgetLimit};
 use deadline_http::enforce::SERVER_TIMING_HEADER;
 use http::header::{CONTENT_TYPE, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Either, Empty, Full, Limited};
+use http_body_util::{Either, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::grpc::DownstreamProtocol as Protocol;
 use crate::grpc::{GrpcReply, frame, reply};
+use crate::stream;
 
 /// At most this much of the answer's body is read and shown.
 const MAX_BODY: usize = 64 * 1024;
@@ -99,6 +105,8 @@ struct Answer {
     elapsed: Duration,
     /// The call's gRPC status, message and payload (`--protocol grpc` only).
     grpc: Option<GrpcReply>,
+    /// The body as it arrived: its chunks or messages, when, and how it ended.
+    stream: stream::Read,
 }
 
 pub(crate) async fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
@@ -316,27 +324,32 @@ async fn send(plan: &Plan) -> anyhow::Result<Answer> {
         anyhow!(err).context(what)
     })?;
     let (parts, body) = response.into_parts();
-    let (body, trailers, body_cut) = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(body) => {
-            let trailers = body.trailers().cloned();
-            (body.to_bytes(), trailers, false)
-        }
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => (Bytes::new(), None, true),
-        Err(err) => return Err(anyhow!(err).context("reading the answer's body")),
-    };
+    // Read frame by frame, so a streamed answer shows what arrived when, and how it ended.
+    let grpc = plan.grpc_body.is_some();
+    let read = stream::read(body, t0, grpc, MAX_BODY).await;
     let elapsed = Instant::now().saturating_duration_since(t0);
     connection.abort();
-    let grpc = plan
-        .grpc_body
-        .is_some()
-        .then(|| reply(parts.status, &parts.headers, trailers.as_ref(), &body));
+    let grpc = grpc.then(|| {
+        reply(
+            parts.status,
+            &parts.headers,
+            read.trailers.as_ref(),
+            &read.data,
+        )
+    });
+    let body = if read.data_cut {
+        Bytes::new()
+    } else {
+        read.data.clone()
+    };
     Ok(Answer {
         status: parts.status,
         headers: parts.headers,
         body,
-        body_cut,
+        body_cut: read.data_cut,
         elapsed,
         grpc,
+        stream: read,
     })
 }
 
@@ -476,13 +489,26 @@ fn report(
             String::from_utf8_lossy(line.as_bytes())
         );
     }
+    // A stream the server ended at its deadline carries its timings in the trailers.
+    if let Some(trailers) = &answer.stream.trailers {
+        for line in trailers.get_all(SERVER_TIMING_HEADER) {
+            let _ = writeln!(
+                out,
+                "server-timing (trailers): {}",
+                String::from_utf8_lossy(line.as_bytes())
+            );
+        }
+    }
     let body = match &answer.grpc {
         // The reply message's bytes, without their length prefix.
         Some(grpc) => grpc.payload.clone(),
         None => String::from_utf8_lossy(&answer.body).into_owned(),
     };
     let body = body.trim_end();
-    if answer.body_cut {
+    let streamed = answer.stream.count > 1 || answer.stream.end != stream::StreamEnd::Complete;
+    if streamed {
+        answer.stream.report(answer.grpc.is_some(), &mut out);
+    } else if answer.body_cut {
         let _ = writeln!(out, "body: (more than {MAX_BODY} bytes, not shown)");
     } else if !body.is_empty() {
         let shown: String = body.chars().take(500).collect();
@@ -586,6 +612,13 @@ struct CallJson<'a> {
     server_timing: Vec<String>,
     body: String,
     body_cut: bool,
+    /// How many data frames (gRPC: messages) arrived.
+    chunk_count: usize,
+    /// Each of them: when it arrived (ms since the call started), its size and text.
+    chunks: &'a [stream::Received],
+    /// How the body ended: `{"end": "complete"}`, or `{"end": "broken", "detail": "…"}` when the
+    /// connection closed or the stream was reset before it ended.
+    stream_end: &'a stream::StreamEnd,
     trace: Option<&'a Trace>,
     hops: Vec<HopJson<'a>>,
     ran_out: Vec<&'a str>,
@@ -594,7 +627,7 @@ struct CallJson<'a> {
 fn json<'a>(
     args: &'a CallArgs,
     plan: &Plan,
-    answer: &Answer,
+    answer: &'a Answer,
     trace: Option<&'a Trace>,
     hops: &'a [Hop],
 ) -> CallJson<'a> {
@@ -618,6 +651,9 @@ fn json<'a>(
             None => String::from_utf8_lossy(&answer.body).into_owned(),
         },
         body_cut: answer.body_cut,
+        chunk_count: answer.stream.count,
+        chunks: &answer.stream.pieces,
+        stream_end: &answer.stream.end,
         trace,
         hops: hops
             .iter()

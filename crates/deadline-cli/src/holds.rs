@@ -42,6 +42,13 @@ pub(crate) struct HoldLine {
     pub worked_ms: f64,
     /// Whether the reply reached the socket.
     pub reply_written: bool,
+    /// How long the response body streamed after its head, in ms (0 for a body sent at once).
+    #[serde(default)]
+    pub streamed_ms: f64,
+    /// Where the time ran out when the layer answered 504 or cut the stream: `queue`, `work`,
+    /// `calling` or `stream`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exceeded: Option<String>,
 }
 
 impl HoldLine {
@@ -366,6 +373,8 @@ mod tests {
             queued_ms: 0.0,
             worked_ms: 0.0,
             reply_written: true,
+            streamed_ms: 0.0,
+            exceeded: None,
         }
     }
 

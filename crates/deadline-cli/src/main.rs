@@ -11,12 +11,14 @@ mod grpc;
 mod harness;
 mod holds;
 mod hygiene;
+mod jobs;
 mod load;
 mod outage;
 mod placement;
 mod service;
 mod shutdown;
 mod slowness;
+mod stream;
 mod svg;
 mod trace_cmd;
 
@@ -46,6 +48,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Send one request with a budget and show, hop by hop, where its time went.
     Call(call::CallArgs),
+    /// Queued work on RabbitMQ with slow consumers, without message expiry and with it.
+    Jobs(jobs::JobsArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(demo::run(args))),
         Command::Load(args) => runtime().and_then(|rt| rt.block_on(load::run(args))),
         Command::Call(args) => runtime().and_then(|rt| rt.block_on(call::run(args))),
+        Command::Jobs(args) => runtime().and_then(|rt| rt.block_on(jobs::run(args))),
     };
     match result {
         Ok(code) => code,

@@ -33,6 +33,7 @@ use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
 use crate::outage::{BudgetArg, HedgeArg, Outage, PerAttempt, Window, do_not_retry};
 use crate::shutdown::{shutdown_signal, stdin_closed};
 use crate::slowness::is_slow;
+use crate::stream::{self, StreamArg, StreamBody, StreamHop};
 
 /// How long the last write of the log may take at exit before the service gives up on it.
 const LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -165,6 +166,11 @@ pub(crate) struct ServiceArgs {
     /// the budget that ran out; 0 retries it whenever there is time.
     #[arg(long, default_value_t = 0.5)]
     pub retry_504_share: f64,
+    /// Answer with a stream after the work: COUNT chunks, one every INTERVAL_MS (a gRPC caller
+    /// gets a server stream of COUNT messages, on any path). With --downstream, the
+    /// downstream's stream is relayed as it arrives instead.
+    #[arg(long, value_name = "COUNT:INTERVAL_MS")]
+    pub stream: Option<StreamArg>,
 }
 
 /// What the handler needs for every request of one service: its name, how long to work, the
@@ -182,6 +188,8 @@ struct HandlerConfig {
     per_attempt: Option<PerAttempt>,
     /// Whether the downstream is called with gRPC.
     grpc_downstream: bool,
+    /// `--stream`: the answer is a stream.
+    stream: Option<StreamArg>,
 }
 
 fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
@@ -301,7 +309,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         outage: args.outage.map(Outage::new),
         per_attempt: args.slow_per_attempt.then(PerAttempt::default),
         grpc_downstream: args.downstream_protocol == DownstreamProtocol::Grpc,
+        stream: args.stream,
     });
+    let stream_name: Arc<str> = Arc::from(args.name.as_str());
 
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
         .reserve(Duration::from_millis(args.reserve))
@@ -345,10 +355,8 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 .get(REQUEST_ID_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|id| !id.trim().is_empty());
-            if !usable {
-                if let Ok(id) = HeaderValue::from_str(&ids.next()) {
-                    req.headers_mut().insert(REQUEST_ID_HEADER, id);
-                }
+            if !usable && let Ok(id) = HeaderValue::from_str(&ids.next()) {
+                req.headers_mut().insert(REQUEST_ID_HEADER, id);
             }
             req
         })
@@ -356,13 +364,19 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .service_fn(move |req: Request<Incoming>| {
             // A gRPC caller gets the same answer in gRPC's terms.
             let grpc = deadline::grpc::is_grpc(req.headers());
-            let answer = handle(config.clone(), req);
+            let (config, name) = (config.clone(), stream_name.clone());
             async move {
-                let response = answer.await?;
-                Ok::<_, Infallible>(if grpc {
-                    grpc::into_grpc(response).await.map(Either::Right)
+                if config.stream.is_some() {
+                    let streamed = streamed(&config, &name, req, grpc).await;
+                    return Ok::<_, Infallible>(streamed.map(Either::Right));
+                }
+                let response = handle(config.clone(), req).await?;
+                Ok(if grpc {
+                    grpc::into_grpc(response)
+                        .await
+                        .map(|body| Either::Left(Either::Right(body)))
                 } else {
-                    response.map(Either::Left)
+                    response.map(|body| Either::Left(Either::Left(body)))
                 })
             }
         });
@@ -627,6 +641,26 @@ async fn handle(
     Ok(answer)
 }
 
+/// `--stream`: the work, then a streamed answer (see [`crate::stream`]).
+async fn streamed(
+    config: &HandlerConfig,
+    name: &Arc<str>,
+    req: Request<Incoming>,
+    grpc: bool,
+) -> Response<StreamBody> {
+    tokio::time::sleep(config.work).await;
+    let hop = StreamHop {
+        name,
+        stream: config.stream.unwrap_or(StreamArg {
+            count: 1,
+            interval: Duration::ZERO,
+        }),
+        downstream: config.downstream.as_ref().map(|(b, c)| (b.as_str(), c)),
+        grpc_downstream: config.grpc_downstream,
+    };
+    stream::answer(hop, &req, grpc).await
+}
+
 /// Turns a hold report into a log line, converting monotonic instants to wall time.
 fn hold_line(hold: &Hold) -> HoldLine {
     let wall_now = epoch_ms_now();
@@ -645,5 +679,7 @@ fn hold_line(hold: &Hold) -> HoldLine {
         queued_ms: hold.queued.as_secs_f64() * 1_000.0,
         worked_ms: hold.worked.as_secs_f64() * 1_000.0,
         reply_written: hold.reply_written,
+        streamed_ms: hold.streamed.as_secs_f64() * 1_000.0,
+        exceeded: hold.exceeded.map(|phase| phase.as_str().to_owned()),
     }
 }

@@ -56,7 +56,7 @@ pub mod pb {
 
 use pb::hop_client::HopClient;
 use pb::hop_server::{Hop, HopServer};
-use pb::{HopReply, HopRequest};
+use pb::{HopReply, HopRequest, WatchRequest};
 
 /// A boxed error, as tower and tonic erase them.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -172,6 +172,49 @@ impl Hop for HopService {
         };
         hops.push(line);
         Ok(Response::new(HopReply { hops }))
+    }
+
+    type WatchStream = Replies;
+
+    async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<Replies>, Status> {
+        let WatchRequest { count, interval_ms } = request.into_inner();
+        let interval = Duration::from_millis(u64::from(interval_ms));
+        Ok(Response::new(Replies {
+            name: self.name,
+            sleep: Box::pin(tokio::time::sleep(interval)),
+            interval,
+            sent: 0,
+            count,
+        }))
+    }
+}
+
+/// The replies of [`Hop::watch`]: `count` of them, one every `interval`, each one line
+/// (`gateway: reply 3 of 20`). Dropped (as the enforce layer does at the cutoff), it stops.
+#[derive(Debug)]
+pub struct Replies {
+    name: &'static str,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    interval: Duration,
+    sent: u32,
+    count: u32,
+}
+
+impl tonic::codegen::tokio_stream::Stream for Replies {
+    type Item = Result<HopReply, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.sent == self.count {
+            return Poll::Ready(None);
+        }
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let next = self.sleep.deadline() + self.interval;
+        self.sleep.as_mut().reset(next);
+        self.sent += 1;
+        let line = format!("{}: reply {} of {}", self.name, self.sent, self.count);
+        Poll::Ready(Some(Ok(HopReply { hops: vec![line] })))
     }
 }
 

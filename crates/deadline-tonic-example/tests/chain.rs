@@ -68,3 +68,49 @@ async fn the_budget_flows_and_inventory_reports_the_deadline() {
     );
     chain.stop().await.unwrap();
 }
+
+/// A server-streaming call under a 550 ms deadline (tonic's own `grpc-timeout`): 20 replies, one
+/// every 100 ms, would take 2 s. The gateway's enforce layer ends the stream at its cutoff
+/// (550 ms less the 10 ms reserve) with DEADLINE_EXCEEDED after the replies sent in time; the
+/// service's code has no deadline in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stream_ends_with_deadline_exceeded_at_the_deadline() {
+    use deadline_tonic_example::pb::WatchRequest;
+    use deadline_tonic_example::pb::hop_client::HopClient;
+
+    let chain = Chain::start(Duration::from_millis(20)).await.unwrap();
+    let mut client = HopClient::connect(format!("http://{}", chain.gateway))
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(WatchRequest {
+        count: 20,
+        interval_ms: 100,
+    });
+    request.set_timeout(Duration::from_millis(550));
+    let start = tokio::time::Instant::now();
+    let mut stream = client.watch(request).await.unwrap().into_inner();
+    let mut replies = Vec::new();
+    let status = loop {
+        match stream.message().await {
+            Ok(Some(reply)) => replies.push(reply.hops.join("")),
+            Ok(None) => panic!("the stream ended without a status: {replies:?}"),
+            Err(status) => break status,
+        }
+    };
+    let took = tokio::time::Instant::now().saturating_duration_since(start);
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status
+            .message()
+            .starts_with("deadline exceeded at gateway while streaming the response"),
+        "{status:?}"
+    );
+    // 5 replies leave by 500 ms; a loaded machine may deliver fewer before the cutoff.
+    assert!((2..=5).contains(&replies.len()), "{replies:?}");
+    assert_eq!(replies[0], "gateway: reply 1 of 20");
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_millis(1_500),
+        "{took:?}"
+    );
+    chain.stop().await.unwrap();
+}

@@ -219,10 +219,10 @@ fn parse_head(buf: &[u8]) -> anyhow::Result<Option<(usize, u16, usize)>> {
         .ok_or_else(|| anyhow!("bad status line {status_line:?}"))?;
     let mut length = None;
     for line in lines {
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse::<usize>().ok();
-            }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse::<usize>().ok();
         }
     }
     let length = length.ok_or_else(|| anyhow!("an answer without content-length"))?;

@@ -332,19 +332,17 @@ async fn run_once(
         "load-without"
     };
     let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
-    if deadlines {
-        if let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+    if deadlines && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
+        inventory
+            .args
+            .extend(["--queue".to_owned(), args.queue.to_string()]);
+        if args.admission {
+            inventory.args.push("--admission".to_owned());
+        }
+        if let Some(max_wait) = args.max_queue_wait {
             inventory
                 .args
-                .extend(["--queue".to_owned(), args.queue.to_string()]);
-            if args.admission {
-                inventory.args.push("--admission".to_owned());
-            }
-            if let Some(max_wait) = args.max_queue_wait {
-                inventory
-                    .args
-                    .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
-            }
+                .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
         }
     }
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);

@@ -13,5 +13,6 @@ mod load;
 mod metrics;
 mod placement;
 mod service;
+mod stream;
 mod trace;
 mod util;

@@ -1,16 +1,35 @@
 //! The response body of [`EnforceDeadline`](super::EnforceDeadline): the inner service's body, or
 //! the layer's own short text; either way it reports the request's hold when it ends.
+//!
+//! # A body still streaming at the cutoff
+//!
+//! The deadline covers the whole call, not just the response head: an inner body that is still
+//! streaming when the request's cutoff (the deadline less the reply reserve) comes is ended
+//! there, in the terms of the protocol it travels in (see [`stream`](super::stream)). The inner
+//! body is dropped at that moment, and with it whatever produces its frames (a channel's
+//! receiver, a stream holding the handler's state), so the work stops.
+//!
+//! What this costs per frame: nothing without a deadline (one `Option` test); with one, a frame
+//! that is ready passes with one atomic load (has the timer fired?). The timer itself is one
+//! `Sleep`, armed the first time the inner body has to wait and never again, sleeping until the
+//! cutoff computed on arrival; nothing is allocated per frame.
 
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
 
+use super::answer::Caller;
 use super::hold::Recorder;
+use super::stream;
+use crate::error::BoxError;
 
 pin_project! {
     /// The response body of [`EnforceDeadline`](super::EnforceDeadline).
@@ -19,21 +38,44 @@ pin_project! {
     /// text (for its 400 and 504 answers). It watches for the end of the stream: when the last
     /// frame has been handed on, the request's [`Hold`](super::Hold) is reported with
     /// `reply_written: true`; if the body is dropped before that (the caller went away while
-    /// the answer was being written), it is reported with `reply_written: false`.
+    /// the answer was being written), it is reported with `reply_written: false`, and as
+    /// [`HungUp`](super::HoldOutcome::HungUp) when the body had begun to stream.
+    ///
+    /// An inner body still streaming at the request's cutoff is ended there (see the
+    /// [module docs](self)): a gRPC caller gets trailers `grpc-status: 4`; any other caller a
+    /// [`StreamCut`](super::StreamCut) error, which hyper turns into a closed HTTP/1.1
+    /// connection (no final chunk) or an HTTP/2 `RST_STREAM` with `CANCEL`.
     pub struct EnforceBody<B> {
         #[pin]
         kind: Kind<B>,
+        // The request's cutoff, for an inner body under a deadline; `None`: no deadline, and
+        // the body passes through untouched.
+        cutoff: Option<Instant>,
+        // The one timer for the cutoff, armed the first time the inner body has to wait.
+        #[pin]
+        sleep: Option<Sleep>,
+        caller: Caller,
         recorder: Option<Recorder>,
         // Set when `is_end_stream` said so: the server may then drop the body without polling
         // it (an empty body, say), and that still counts as written.
         ended: AtomicBool,
+        // The inner body has been polled: dropping it unfinished from now on is a hang-up
+        // mid-stream (one dropped before its first poll, as for a HEAD request, is not).
+        streaming: bool,
+        // The inner body had to wait for a frame at least once: the stream took time, and its
+        // duration is read from the clock when it ends.
+        waited: bool,
     }
 
     impl<B> PinnedDrop for EnforceBody<B> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if let Some(recorder) = this.recorder.take() {
-                recorder.finish(this.ended.load(Ordering::Relaxed));
+            if let Some(mut recorder) = this.recorder.take() {
+                let ended = this.ended.load(Ordering::Relaxed);
+                if !ended && *this.streaming {
+                    recorder.hung_up_mid_stream(Instant::now());
+                }
+                recorder.finish(ended);
             }
         }
     }
@@ -44,44 +86,61 @@ pin_project! {
     enum Kind<B> {
         Inner { #[pin] body: B },
         Text { text: Option<Bytes> },
+        // A gRPC stream cut at the cutoff: its closing trailers, then the end.
+        Trailers { trailers: Option<HeaderMap> },
     }
 }
 
 impl<B> EnforceBody<B> {
-    pub(crate) fn inner(body: B, recorder: Recorder) -> EnforceBody<B> {
-        EnforceBody {
-            kind: Kind::Inner { body },
-            recorder: Some(recorder),
-            ended: AtomicBool::new(false),
-        }
+    /// The inner service's `body`, ended at `cutoff` (if any) in `caller`'s terms.
+    pub(crate) fn inner(
+        body: B,
+        recorder: Recorder,
+        cutoff: Option<Instant>,
+        caller: Caller,
+    ) -> EnforceBody<B> {
+        EnforceBody::new(Kind::Inner { body }, Some(recorder), cutoff, caller)
     }
 
     pub(crate) fn text(text: String, recorder: Option<Recorder>) -> EnforceBody<B> {
-        EnforceBody {
-            kind: Kind::Text {
-                text: Some(Bytes::from(text)),
-            },
-            recorder,
-            ended: AtomicBool::new(false),
-        }
+        let kind = Kind::Text {
+            text: Some(Bytes::from(text)),
+        };
+        EnforceBody::new(kind, recorder, None, Caller::Http)
     }
 
     /// The layer's own answer as ready-made bytes (a Connect error body).
     pub(crate) fn bytes(bytes: Bytes, recorder: Recorder) -> EnforceBody<B> {
-        EnforceBody {
-            kind: Kind::Text { text: Some(bytes) },
-            recorder: Some(recorder),
-            ended: AtomicBool::new(false),
-        }
+        let kind = Kind::Text { text: Some(bytes) };
+        EnforceBody::new(kind, Some(recorder), None, Caller::Http)
     }
 
     /// The layer's own answer with no body at all: a gRPC trailers-only answer, whose headers
     /// end the stream.
     pub(crate) fn empty(recorder: Recorder) -> EnforceBody<B> {
+        EnforceBody::new(
+            Kind::Text { text: None },
+            Some(recorder),
+            None,
+            Caller::Grpc,
+        )
+    }
+
+    fn new(
+        kind: Kind<B>,
+        recorder: Option<Recorder>,
+        cutoff: Option<Instant>,
+        caller: Caller,
+    ) -> EnforceBody<B> {
         EnforceBody {
-            kind: Kind::Text { text: None },
-            recorder: Some(recorder),
+            kind,
+            cutoff,
+            sleep: None,
+            caller,
+            recorder,
             ended: AtomicBool::new(false),
+            streaming: false,
+            waited: false,
         }
     }
 
@@ -96,36 +155,76 @@ impl<B> fmt::Debug for EnforceBody<B> {
         let kind = match &self.kind {
             Kind::Inner { .. } => "inner",
             Kind::Text { .. } => "text",
+            Kind::Trailers { .. } => "cut",
         };
         f.debug_struct("EnforceBody")
             .field("kind", &kind)
+            .field("cutoff", &self.cutoff)
             .field("reported", &self.recorder.is_none())
             .finish()
     }
 }
 
+type PollFrame<D> = Poll<Option<Result<Frame<D>, BoxError>>>;
+
 impl<B> Body for EnforceBody<B>
 where
     B: Body,
     B::Data: From<Bytes>,
+    B::Error: Into<BoxError>,
 {
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        let (poll, end) = match this.kind.project() {
-            KindProj::Inner { mut body } => {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> PollFrame<B::Data> {
+        let mut this = self.project();
+        let (poll, end) = match this.kind.as_mut().project() {
+            KindProj::Inner { body } => {
+                *this.streaming = true;
+                // A timer that has fired means the cutoff has passed: a frame the server asks
+                // for now is too late, however ready it is.
+                if this
+                    .sleep
+                    .as_ref()
+                    .get_ref()
+                    .as_ref()
+                    .is_some_and(Sleep::is_elapsed)
+                {
+                    return cut(this.kind, this.recorder, *this.caller, this.ended);
+                }
+                let mut body = body;
                 let poll = body.as_mut().poll_frame(cx);
                 let end = match &poll {
                     Poll::Ready(None) => true,
-                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
-                    Poll::Ready(Some(Err(_))) | Poll::Pending => false,
+                    // Trailers are always the last frame: the server stops polling there.
+                    Poll::Ready(Some(Ok(frame))) => frame.is_trailers() || body.is_end_stream(),
+                    // The inner body failed: not a hang-up, whatever happens next.
+                    Poll::Ready(Some(Err(_))) => {
+                        *this.streaming = false;
+                        false
+                    }
+                    Poll::Pending => {
+                        *this.waited = true;
+                        if let Some(cutoff) = *this.cutoff {
+                            if this.sleep.is_none() {
+                                this.sleep.set(Some(tokio::time::sleep_until(cutoff)));
+                            }
+                            let fired = this
+                                .sleep
+                                .as_mut()
+                                .as_pin_mut()
+                                .is_some_and(|sleep| sleep.poll(cx).is_ready());
+                            if fired {
+                                return cut(this.kind, this.recorder, *this.caller, this.ended);
+                            }
+                        }
+                        return Poll::Pending;
+                    }
                 };
-                (poll, end)
+                (
+                    poll.map(|frame| frame.map(|frame| frame.map_err(Into::into))),
+                    end,
+                )
             }
             KindProj::Text { text } => {
                 let frame = text
@@ -133,10 +232,17 @@ where
                     .map(|bytes| Ok(Frame::data(B::Data::from(bytes))));
                 (Poll::Ready(frame), true)
             }
+            KindProj::Trailers { trailers } => {
+                let frame = trailers.take().map(|t| Ok(Frame::trailers(t)));
+                (Poll::Ready(frame), true)
+            }
         };
         if end {
             this.ended.store(true, Ordering::Relaxed);
-            if let Some(recorder) = this.recorder.take() {
+            if let Some(mut recorder) = this.recorder.take() {
+                if *this.waited {
+                    recorder.streamed_until(Instant::now());
+                }
                 recorder.finish(true);
             }
         }
@@ -147,6 +253,7 @@ where
         let end = match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Text { text } => text.is_none(),
+            Kind::Trailers { trailers } => trailers.is_none(),
         };
         if end {
             self.ended.store(true, Ordering::Relaxed);
@@ -160,6 +267,39 @@ where
             Kind::Text { text } => {
                 SizeHint::with_exact(text.as_ref().map_or(0, |t| t.len() as u64))
             }
+            Kind::Trailers { .. } => SizeHint::default(),
+        }
+    }
+}
+
+/// The cutoff came while the inner body was streaming: drop it (and whatever produces its
+/// frames), report the hold, and end the stream in `caller`'s terms.
+fn cut<B: Body>(
+    mut kind: Pin<&mut Kind<B>>,
+    recorder: &mut Option<Recorder>,
+    caller: Caller,
+    ended: &AtomicBool,
+) -> PollFrame<B::Data> {
+    let now = Instant::now();
+    let Some(mut recorder) = recorder.take() else {
+        // Reported already (cannot happen while the inner body streams): just end.
+        kind.set(Kind::Text { text: None });
+        return Poll::Ready(None);
+    };
+    let ending = stream::cut(&mut recorder, caller, now);
+    match ending {
+        stream::Ending::Trailers(trailers) => {
+            // The inner body goes now; its trailers are the stream's last frame.
+            kind.set(Kind::Trailers { trailers: None });
+            ended.store(true, Ordering::Relaxed);
+            recorder.finish(true);
+            Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+        }
+        stream::Ending::Error(error) => {
+            kind.set(Kind::Text { text: None });
+            ended.store(true, Ordering::Relaxed);
+            recorder.finish(false);
+            Poll::Ready(Some(Err(Box::new(error))))
         }
     }
 }

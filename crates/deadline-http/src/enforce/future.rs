@@ -418,7 +418,10 @@ impl Reply {
         parts
             .headers
             .extend(server_timing::header(&self.settings, recorder.hold()));
-        Response::from_parts(parts, EnforceBody::inner(body, recorder))
+        Response::from_parts(
+            parts,
+            EnforceBody::inner(body, recorder, self.cutoff, self.caller),
+        )
     }
 
     /// One of the layer's own answers (400, 503 or 504), in the caller's terms, with this hop's

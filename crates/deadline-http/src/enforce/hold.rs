@@ -18,11 +18,12 @@ pub enum HoldOutcome {
     /// The work finished and its answer (any status but a 5xx) went out.
     Ok,
     /// Time ran out: the layer cut the work at the deadline less the reserve, the request gave up
-    /// its place in the queue (or got a slot too late to start), or the handler itself answered
-    /// 504.
+    /// its place in the queue (or got a slot too late to start), the handler itself answered
+    /// 504, or the response body was still streaming at the cutoff and was ended there.
     Deadline,
     /// The caller went away before the answer was ready: the response future was dropped (in
-    /// baseline mode, the work still ran to its end and was then thrown away).
+    /// baseline mode, the work still ran to its end and was then thrown away), or the response
+    /// body was dropped mid-stream.
     HungUp,
     /// Answered 400 or 504 on arrival (a malformed budget, or one already spent): the request
     /// never held a worker.
@@ -99,6 +100,11 @@ pub struct Hold {
     pub queued: Duration,
     /// Time the work held a worker: from `work_start` to `work_end`.
     pub worked: Duration,
+    /// How long the response body streamed after the head was handed on: from the end of the
+    /// work to the body's last frame, its cut at the cutoff, or the caller's hang-up. Zero for
+    /// a body whose frames were all ready at once (it never had to wait, so the clock is not
+    /// read).
+    pub streamed: Duration,
     /// How it ended.
     pub outcome: HoldOutcome,
     /// The status of the answer, when there was one (even one nobody received, as when the
@@ -109,7 +115,8 @@ pub struct Hold {
     /// first (or the body failed part-way).
     pub reply_written: bool,
     /// Where the request was when its time ran out, when the layer answered 504 itself for that
-    /// reason (not for a budget already spent on arrival, nor for a handler's own 504).
+    /// reason (not for a budget already spent on arrival, nor for a handler's own 504), or
+    /// [`Phase::Stream`] when it ended a response body still streaming at the cutoff.
     pub exceeded: Option<Phase>,
     /// When the caller went away before the answer reached it: `None` if it never did. With
     /// enforcement on, the work stops at that moment; in baseline mode it runs on after it.
@@ -132,9 +139,16 @@ impl fmt::Display for Hold {
         }
         write!(
             f,
-            ", queued {} ms, worked {} ms, reply {}",
+            ", queued {} ms, worked {} ms, ",
             self.queued.as_millis(),
             self.worked.as_millis(),
+        )?;
+        if !self.streamed.is_zero() {
+            write!(f, "streamed {} ms, ", self.streamed.as_millis())?;
+        }
+        write!(
+            f,
+            "reply {}",
             if self.reply_written {
                 "written"
             } else {
@@ -318,6 +332,7 @@ impl Recorder {
             work_end: None,
             queued: Duration::ZERO,
             worked: Duration::ZERO,
+            streamed: Duration::ZERO,
             outcome: HoldOutcome::Ok,
             status: None,
             reply_written: false,
@@ -379,6 +394,24 @@ impl Recorder {
         }
     }
 
+    /// The response body streamed until `at` (since the work ended, or since arrival if it
+    /// never started).
+    pub(crate) fn streamed_until(&mut self, at: Instant) {
+        let hold = &mut self.draft.hold;
+        let from = hold.work_end.unwrap_or(hold.arrival);
+        hold.streamed = at.saturating_duration_since(from);
+    }
+
+    /// The caller went away at `at`.
+    pub(crate) fn caller_left(&mut self, at: Instant) {
+        self.draft.hold.caller_left = Some(at);
+    }
+
+    /// The settings of the hop this request is held by.
+    pub(crate) fn settings(&self) -> &HopSettings {
+        &self.settings
+    }
+
     /// The layer answers 504 because the time ran out while the request was in `phase`.
     pub(crate) fn exceeded(&mut self, phase: Phase) {
         self.draft.hold.exceeded = Some(phase);
@@ -419,6 +452,8 @@ impl Recorder {
             budget_ms = hold.budget_ms,
             queued_ms = u64::try_from(hold.queued.as_millis()).unwrap_or(u64::MAX),
             worked_ms = u64::try_from(hold.worked.as_millis()).unwrap_or(u64::MAX),
+            streamed_ms = u64::try_from(hold.streamed.as_millis()).unwrap_or(u64::MAX),
+            exceeded = hold.exceeded.map(Phase::as_str),
             outcome = hold.outcome.as_str(),
             status = hold.status.map(|s| s.as_u16()),
             reply_written = hold.reply_written,

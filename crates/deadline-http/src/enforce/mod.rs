@@ -34,7 +34,13 @@
 //! 6. gives its own answers (400, 503, 504) in the caller's terms: a gRPC caller gets a
 //!    trailers-only `grpc-status` (DEADLINE_EXCEEDED, INVALID_ARGUMENT, UNAVAILABLE) with the
 //!    same text, a Connect caller a JSON error body; see [`answer`].
-//! 7. reports the request's [`Hold`] of the hop exactly once, when the answer has been handed on
+//! 7. bounds the whole call, not just the response head: a response body still streaming at
+//!    the cutoff is ended there, visibly to the protocol (an HTTP/1.1 connection closed without
+//!    its final chunk, an HTTP/2 stream reset with `CANCEL`, a gRPC stream ended with trailers
+//!    `grpc-status: 4` after the messages already sent), and what produced it is dropped; see
+//!    [`stream`]. A request body still arriving at the cutoff is read by work that the cutoff
+//!    drops, so the request is answered 504 (DEADLINE_EXCEEDED) there too.
+//! 8. reports the request's [`Hold`] of the hop exactly once, when the answer has been handed on
 //!    (or could not be), as a `tracing` event with target `deadline::hold`, to the
 //!    [`on_hold`](EnforceDeadlineLayer::on_hold) hook and to the [`HoldMetrics`] counters.
 //!
@@ -146,6 +152,7 @@ mod phase;
 mod queue;
 pub mod server_timing;
 pub mod sources;
+pub mod stream;
 
 use std::fmt;
 use std::sync::Arc;
@@ -166,6 +173,7 @@ pub use layer::EnforceDeadlineLayer;
 pub use phase::Phase;
 pub use queue::{QueueOrder, UnknownQueueOrder};
 pub use server_timing::SERVER_TIMING_HEADER;
+pub use stream::StreamCut;
 
 use crate::context::DeadlineContext;
 use crate::time;

@@ -1,4 +1,5 @@
-//! [`Phase`]: where a request was when the layer answered 504 because its time ran out.
+//! [`Phase`]: where a request was when the layer answered 504 (or cut its stream) because its
+//! time ran out.
 
 use std::fmt;
 
@@ -15,15 +16,18 @@ pub enum Phase {
     Work,
     /// Waiting for a downstream call.
     Calling,
+    /// Streaming the response body, after the head was sent (the body was cut at the cutoff).
+    Stream,
 }
 
 impl Phase {
-    /// A short lowercase token: `queue`, `work` or `calling`.
+    /// A short lowercase token: `queue`, `work`, `calling` or `stream`.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Queue => "queue",
             Phase::Work => "work",
             Phase::Calling => "calling",
+            Phase::Stream => "stream",
         }
     }
 

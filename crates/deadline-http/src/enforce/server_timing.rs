@@ -53,10 +53,13 @@ pub const QUEUE_METRIC: &str = "queue";
 pub const WORK_METRIC: &str = "work";
 /// The metric for the budget the request arrived with (absent without one).
 pub const BUDGET_METRIC: &str = "budget";
+/// The metric for the time a response body streamed after its head, in the trailers of a gRPC
+/// stream the layer ended at the cutoff.
+pub const STREAM_METRIC: &str = "stream";
 
-/// The longest value: three metrics of at most `budget;dur=` + 20 digits + `.` + 3 digits, two
+/// The longest value: four metrics of at most `budget;dur=` + 20 digits + `.` + 3 digits, three
 /// `, ` separators.
-const MAX_LEN: usize = 3 * (7 + 4 + 20 + 1 + 3) + 2 * 2;
+const MAX_LEN: usize = 4 * (7 + 4 + 20 + 1 + 3) + 3 * 2;
 
 /// This hop's `Server-Timing` from its `hold` so far, unless the layer has it turned off: for
 /// [`HeaderMap::extend`](http::HeaderMap::extend), which appends.
@@ -69,15 +72,47 @@ pub(crate) fn header(settings: &HopSettings, hold: &Hold) -> Option<(HeaderName,
     })
 }
 
+/// The `Server-Timing` trailer of a gRPC stream the layer ended at the cutoff, unless the layer
+/// has it turned off: the head's metrics and how long the body streamed
+/// (`queue;dur=Q, work;dur=W, stream;dur=S[, budget;dur=B]`).
+pub(crate) fn trailer(settings: &HopSettings, hold: &Hold) -> Option<(HeaderName, HeaderValue)> {
+    settings.server_timing.then(|| {
+        (
+            SERVER_TIMING_HEADER,
+            write(
+                hold.queued,
+                hold.worked,
+                Some(hold.streamed),
+                hold.budget_ms,
+            ),
+        )
+    })
+}
+
 /// `queue;dur=Q, work;dur=W[, budget;dur=B]`, with `queue` and `work` in milliseconds to three
 /// fractional digits and the budget in whole milliseconds.
 pub(crate) fn value(queue: Duration, work: Duration, budget_ms: Option<u64>) -> HeaderValue {
+    write(queue, work, None, budget_ms)
+}
+
+/// [`value`], with a `stream` metric after `work` when `stream` is given.
+fn write(
+    queue: Duration,
+    work: Duration,
+    stream: Option<Duration>,
+    budget_ms: Option<u64>,
+) -> HeaderValue {
     let mut out = StackBuf::<MAX_LEN>::new();
     metric(&mut out, QUEUE_METRIC);
     millis(&mut out, queue);
     out.put(b", ");
     metric(&mut out, WORK_METRIC);
     millis(&mut out, work);
+    if let Some(stream) = stream {
+        out.put(b", ");
+        metric(&mut out, STREAM_METRIC);
+        millis(&mut out, stream);
+    }
     if let Some(budget) = budget_ms {
         out.put(b", ");
         metric(&mut out, BUDGET_METRIC);

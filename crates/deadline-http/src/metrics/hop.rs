@@ -84,7 +84,7 @@ impl Token for Outcome {
     }
 }
 
-const PHASES: [Phase; 3] = [Phase::Queue, Phase::Work, Phase::Calling];
+const PHASES: [Phase; 4] = [Phase::Queue, Phase::Work, Phase::Calling, Phase::Stream];
 
 /// One service's server-side series, resolved once.
 #[derive(Debug)]

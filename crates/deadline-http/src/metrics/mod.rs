@@ -32,7 +32,7 @@
 //! | `deadline_queue_wait_seconds` | histogram | | time waiting for a worker slot (requests not rejected on arrival) |
 //! | `deadline_work_seconds` | histogram | | time the work held a worker (requests whose work started) |
 //! | `deadline_headroom_seconds` | histogram | | the budget left when the reply was written (requests with a budget whose reply was written; a late reply counts as 0) |
-//! | `deadline_exceeded_total` | counter | `phase` | 504s the layer gave because this hop's time ran out: `queue`, `work`, `calling` |
+//! | `deadline_exceeded_total` | counter | `phase` | 504s the layer gave because this hop's time ran out: `queue`, `work`, `calling`, and `stream` for a response body it ended at the cutoff |
 //! | `deadline_worker_seconds_after_caller_left_total` | counter | | seconds of work after the caller had gone: work nobody was waiting for |
 //! | `deadline_attempts_total` | counter | `target`, `kind` | outbound attempts sent: `first`, `retry`, `hedge` |
 //! | `deadline_attempts_skipped_total` | counter | `target`, `reason` | attempts the planner did not send: `not_enough_time`, `throttled`, `pushback` |

@@ -12,4 +12,5 @@ mod propagate;
 mod queue;
 mod retries;
 mod server_timing;
+mod streams;
 mod throttle;

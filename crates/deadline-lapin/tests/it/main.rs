@@ -1,0 +1,10 @@
+//! Tests over a real RabbitMQ: 127.0.0.1:5672 (guest/guest) unless `DEADLINE_TEST_AMQP` names
+//! another broker. A broker that cannot be reached fails the tests with a message saying how
+//! to start one (`scripts/ensure-rabbitmq.sh`); they never skip.
+//!
+//! Every test uses queues of its own (unique names, deleted at the end, and deleted by the
+//! broker after a minute idle if the test dies first).
+
+mod consume;
+mod produce;
+mod support;
