@@ -640,6 +640,8 @@ mod tests {
             worker_ms_after_user_left: ms_after,
             user_trace: None,
             user_body: None,
+            database: None,
+            db_empty_ms_after_user_left: None,
             holds: Vec::new(),
             start_ms: 0.0,
             database: None,
