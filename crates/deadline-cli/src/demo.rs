@@ -644,8 +644,6 @@ mod tests {
             db_empty_ms_after_user_left: None,
             holds: Vec::new(),
             start_ms: 0.0,
-            database: None,
-            db_empty_ms_after_user_left: None,
         }
     }
 
