@@ -19,8 +19,8 @@ pub struct PropagateDeadlineLayer {
     metrics: crate::metrics_hook::ClientHook,
     /// Shared by every service this layer makes.
     retries: Arc<Retries>,
-    max_body: u64,
     deadline_answers: bool,
+    max_body: u64,
 }
 
 impl PropagateDeadlineLayer {
@@ -32,8 +32,8 @@ impl PropagateDeadlineLayer {
             dialects: DialectSet::none(),
             metrics: Default::default(),
             retries: Retries::new(super::RetrySettings::default()),
-            max_body: super::DEFAULT_MAX_BODY,
             deadline_answers: false,
+            max_body: super::DEFAULT_MAX_BODY,
         }
     }
 
@@ -127,8 +127,8 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             dialects: self.dialects.clone(),
             metrics: self.metrics.clone(),
             retries: Arc::clone(&self.retries),
-            max_body: self.max_body,
             deadline_answers: self.deadline_answers,
+            max_body: self.max_body,
         }
     }
 }

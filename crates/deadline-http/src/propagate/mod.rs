@@ -246,10 +246,10 @@ pub struct PropagateDeadline<S> {
     metrics: crate::metrics_hook::ClientHook,
     /// Shared by every clone: the retry budgets stay one per target however many clones call.
     retries: Arc<Retries>,
-    /// The largest response body read, in bytes.
-    max_body: u64,
     /// A final 504 / DEADLINE_EXCEEDED answer becomes an error (see [`answers`]).
     deadline_answers: bool,
+    /// The largest response body read, in bytes.
+    max_body: u64,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -279,8 +279,8 @@ impl<S> PropagateDeadline<S> {
             dialects: DialectSet::none(),
             metrics: Default::default(),
             retries: Retries::new(RetrySettings::default()),
-            max_body: DEFAULT_MAX_BODY,
             deadline_answers: false,
+            max_body: DEFAULT_MAX_BODY,
         }
     }
 
@@ -473,8 +473,8 @@ impl<S> PropagateDeadline<S> {
         match answer_target {
             None => ResponseFuture::new(async move { Ok(body::wrap(call.run().await?, max_body)) }),
             Some(target) => ResponseFuture::new(async move {
-                answers::deadline_answer_as_error(call.run().await, &target)
-                    .map(|response| body::wrap(response, max_body))
+                let response = answers::deadline_answer_as_error(call.run().await, &target)?;
+                Ok(body::wrap(response, max_body))
             }),
         }
     }
