@@ -19,6 +19,7 @@ use deadline::grpc::{GRPC_MESSAGE_HEADER, GRPC_STATUS_HEADER, GrpcCode, decode_m
 use deadline::{Budget, TRACE_HEADER};
 use deadline_http::enforce::REQUEST_ID_HEADER;
 use deadline_http::enforce::answer::{grpc_code, grpc_trailers_only, http_status};
+use deadline_http::propagate::{BodyError, CallBody};
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame};
@@ -179,12 +180,18 @@ pub(crate) struct GrpcReply {
     pub message: String,
     /// The reply message's bytes as text (empty without a message).
     pub payload: String,
+    /// The reply message's bytes as they came.
+    pub payload_bytes: Bytes,
     pub trace: Option<String>,
 }
 
 /// Reads a gRPC response: the status from the headers (trailers-only) or from the trailers
 /// after the body; a response with neither is UNKNOWN, as gRPC clients read it.
-pub(crate) async fn read_reply(response: Response<Incoming>) -> anyhow::Result<GrpcReply> {
+pub(crate) async fn read_reply<B>(response: Response<B>) -> anyhow::Result<GrpcReply>
+where
+    B: Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let (parts, body) = response.into_parts();
     if parts.headers.contains_key(GRPC_STATUS_HEADER) {
         return Ok(reply(parts.status, &parts.headers, None, &[]));
@@ -230,18 +237,19 @@ pub(crate) fn reply(
         .get(GRPC_MESSAGE_HEADER)
         .map(|m| decode_message(m.as_bytes()))
         .unwrap_or_default();
-    let payload = data
+    let payload_bytes = data
         .get(5..)
         .map(|m| {
             let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]);
             let len = usize::try_from(len).unwrap_or(usize::MAX).min(m.len());
-            String::from_utf8_lossy(&m[..len]).into_owned()
+            Bytes::copy_from_slice(&m[..len])
         })
         .unwrap_or_default();
     GrpcReply {
         code,
         message,
-        payload,
+        payload: String::from_utf8_lossy(&payload_bytes).into_owned(),
+        payload_bytes,
         trace,
     }
 }
@@ -251,11 +259,14 @@ pub(crate) fn reply(
 /// other status as a 502.
 pub(crate) async fn downstream_answer(
     name: &str,
-    response: Response<Incoming>,
+    response: Response<CallBody<Incoming>>,
 ) -> Response<Full<Bytes>> {
     let reply = match read_reply(response).await {
         Ok(reply) => reply,
         Err(err) => {
+            if let Some(error) = err.downcast_ref::<BodyError>() {
+                return crate::service::body_failed(name, error);
+            }
             return text(
                 StatusCode::BAD_GATEWAY,
                 format!("{name}: downstream reply lost: {err:#}\n"),
@@ -263,7 +274,12 @@ pub(crate) async fn downstream_answer(
         }
     };
     match reply.code {
-        GrpcCode::Ok => text(StatusCode::OK, reply.payload),
+        GrpcCode::Ok => {
+            // The message's bytes as they came, not grown by replacement characters.
+            let mut ok = text(StatusCode::OK, String::new());
+            *ok.body_mut() = Full::new(reply.payload_bytes);
+            ok
+        }
         GrpcCode::DeadlineExceeded => text(
             StatusCode::GATEWAY_TIMEOUT,
             format!(

@@ -16,7 +16,10 @@ use clap::Args;
 use deadline::{Budget, CallPolicy};
 use deadline_http::enforce::{EnforceDeadlineLayer, Hold, QueueOrder, REQUEST_ID_HEADER};
 use deadline_http::metrics::DeadlineMetrics;
-use deadline_http::propagate::{Callee504, DeadlineClient, RetryBudgetConfig};
+use deadline_http::propagate::{
+    BodyError, Callee504, DEFAULT_MAX_BODY, DeadlineClient, H2_KEEP_ALIVE_INTERVAL,
+    H2_KEEP_ALIVE_TIMEOUT, RetryBudgetConfig,
+};
 use deadline_http::serve::ServeOptions;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Either, Full};
@@ -88,9 +91,14 @@ pub(crate) struct ServiceArgs {
     /// calls over h2c (the budget in `grpc-timeout` too, the reply's `grpc-status` judged).
     #[arg(long, value_enum, default_value_t = DownstreamProtocol::Http1)]
     pub downstream_protocol: DownstreamProtocol,
-    /// Per-attempt timeout of the downstream call, in ms.
+    /// Per-attempt timeout of the downstream call, in ms. It covers the whole attempt, the
+    /// reply's body included.
     #[arg(long, default_value_t = 1_000)]
     pub timeout: u64,
+    /// The largest downstream reply body this hop reads, in bytes. A larger one (or one that
+    /// announces more) fails the call with 502 naming the limit, and its connection is closed.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BODY)]
+    pub max_body: u64,
     /// Attempts of the downstream call, the first included.
     #[arg(long, default_value_t = 1)]
     pub attempts: u32,
@@ -277,6 +285,10 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 .pool_idle_timeout(Duration::from_millis(args.pool_idle_timeout))
                 .pool_timer(TokioTimer::new())
                 .http2_only(args.downstream_protocol.is_http2())
+                // A downstream h2 connection that stops answering PINGs is closed.
+                .timer(TokioTimer::new())
+                .http2_keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+                .http2_keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
                 .build(connector);
             let budget = match (args.no_retry_budget, args.retry_budget) {
                 (true, _) => None,
@@ -286,6 +298,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             Some((
                 base,
                 DeadlineClient::from_client(pool, policy)
+                    .max_body(args.max_body)
                     .target(target)
                     .dialects(args.dialects.send.clone().unwrap_or_default())
                     .record_metrics(&metrics)
@@ -607,22 +620,21 @@ async fn handle(
         }
         Ok(response) => {
             let status = response.status();
-            let body = match response.into_body().collect().await {
-                Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
-                Err(err) => format!("(reply body lost: {err})\n"),
-            };
-            if status.is_success() {
-                text(StatusCode::OK, body)
-            } else if status == StatusCode::GATEWAY_TIMEOUT {
-                text(
+            // The body as it came, bytes not text: a reply that is not UTF-8 is passed on as
+            // it is, not grown by replacement characters.
+            match response.into_body().collect().await {
+                Err(err) => body_failed(&config.name, &err),
+                Ok(body) if status.is_success() => relay(StatusCode::OK, "", body.to_bytes()),
+                Ok(body) if status == StatusCode::GATEWAY_TIMEOUT => relay(
                     StatusCode::GATEWAY_TIMEOUT,
-                    format!("{}: downstream answered 504: {body}", config.name),
-                )
-            } else {
-                text(
+                    &format!("{}: downstream answered 504: ", config.name),
+                    body.to_bytes(),
+                ),
+                Ok(body) => relay(
                     StatusCode::BAD_GATEWAY,
-                    format!("{}: downstream answered {status}: {body}", config.name),
-                )
+                    &format!("{}: downstream answered {status}: ", config.name),
+                    body.to_bytes(),
+                ),
             }
         }
         Err(err) if err.is_deadline() => text(
@@ -639,6 +651,40 @@ async fn handle(
         return Ok(do_not_retry(answer));
     }
     Ok(answer)
+}
+
+/// A downstream's reply passed on with `status`: `prefix`, then its body's bytes as they came.
+fn relay(status: StatusCode, prefix: &str, body: Bytes) -> Response<Full<Bytes>> {
+    let body = if prefix.is_empty() {
+        body
+    } else {
+        let mut joined = Vec::with_capacity(prefix.len() + body.len());
+        joined.extend_from_slice(prefix.as_bytes());
+        joined.extend_from_slice(&body);
+        Bytes::from(joined)
+    };
+    let mut response = text(status, String::new());
+    *response.body_mut() = Full::new(body);
+    response
+}
+
+/// The answer when a downstream's reply body could not be read whole: 504 when the deadline
+/// ended it, else 502 saying why (larger than `--max-body`, cut short, or past `--timeout`).
+pub(crate) fn body_failed(name: &str, error: &BodyError) -> Response<Full<Bytes>> {
+    match error {
+        BodyError::DeadlineExceeded => text(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("deadline exceeded at {name}: {error}\n"),
+        ),
+        BodyError::TooLarge { limit, .. } => text(
+            StatusCode::BAD_GATEWAY,
+            format!("{name}: downstream reply body larger than --max-body {limit} bytes\n"),
+        ),
+        _ => text(
+            StatusCode::BAD_GATEWAY,
+            format!("{name}: downstream reply lost: {error}\n"),
+        ),
+    }
 }
 
 /// `--stream`: the work, then a streamed answer (see [`crate::stream`]).

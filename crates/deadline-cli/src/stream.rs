@@ -25,7 +25,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadline::grpc::{GRPC_MESSAGE_HEADER, GRPC_STATUS_HEADER, GrpcCode};
 use deadline_http::enforce::REQUEST_ID_HEADER;
-use deadline_http::propagate::DeadlineClient;
+use deadline_http::propagate::{BodyError, CallBody, DeadlineClient};
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame};
@@ -88,18 +88,18 @@ impl fmt::Display for StreamArg {
 #[derive(Debug)]
 pub(crate) enum StreamBody {
     Chunks(Chunks),
-    Relay(Incoming),
+    Relay(CallBody<Incoming>),
     Done(Option<Bytes>),
 }
 
 impl Body for StreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             StreamBody::Chunks(chunks) => Pin::new(chunks).poll_frame(cx).map_err(|n| match n {}),
             StreamBody::Relay(body) => Pin::new(body).poll_frame(cx),
@@ -249,7 +249,11 @@ pub(crate) async fn answer(
 
 /// The downstream's `response`, relayed: a success's body frame by frame as it arrives; an
 /// answer that failed before its stream began becomes this hop's own failure with its text.
-async fn relay(name: &str, response: Response<Incoming>, grpc: bool) -> Response<StreamBody> {
+async fn relay(
+    name: &str,
+    response: Response<CallBody<Incoming>>,
+    grpc: bool,
+) -> Response<StreamBody> {
     let status = response.status();
     let trailers_only = response.headers().get(GRPC_STATUS_HEADER).cloned();
     if status.is_success() && trailers_only.is_none() {

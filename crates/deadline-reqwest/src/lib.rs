@@ -60,6 +60,15 @@
 //! [`deadline_http::CallError`] (downcast it to tell a deadline from other failures). After a
 //! 5xx response that is not retried further, that response is returned; after a transport error
 //! with attempts left unused for other reasons, reqwest's error is returned.
+//!
+//! # The response body
+//!
+//! A response's body is read within its attempt's wait (which never runs past the caller's
+//! deadline) and at most [`DeadlineMiddleware::max_body`] bytes (4 MiB by default), by the same
+//! body wrapper the `deadline-http` client uses ([`deadline_http::propagate::body`]). A body
+//! past the limit, still arriving at the deadline, or cut short fails the read (`bytes()`,
+//! `chunk()`, …) with a reqwest error whose sources hold the [`BodyError`] ([`body_error`]
+//! finds it), and its connection or HTTP/2 stream is dropped so the callee sees the hang-up.
 
 use std::sync::{Arc, Mutex};
 
@@ -69,7 +78,7 @@ use deadline::plan::retry::{self, Callee504, LastAnswer, RetryRules, is_idempote
 use deadline::plan::retry_budget::{RetryBudget, RetryBudgetConfig};
 use deadline::trace::{Span, TRACE_HEADER, Trace, name, outcome};
 use deadline::{CallPolicy, Deadline, Plan, Stop};
-use deadline_http::propagate::Draws;
+use deadline_http::propagate::{AttemptEnd, BodyError, CallBody, DEFAULT_MAX_BODY, Draws};
 use deadline_http::{
     AttemptSkipped, CallError, DeadlineContext, DeadlineExceeded, IDEMPOTENCY_KEY,
 };
@@ -86,6 +95,7 @@ pub struct DeadlineMiddleware {
     target: Option<Arc<str>>,
     rules: RetryRules,
     shared: Arc<Shared>,
+    max_body: u64,
 }
 
 /// What every clone shares: the retry budget and the random draws.
@@ -120,7 +130,19 @@ impl DeadlineMiddleware {
             target: None,
             rules: RetryRules::default(),
             shared: Shared::new(Some(RetryBudgetConfig::DEFAULT)),
+            max_body: DEFAULT_MAX_BODY,
         }
+    }
+
+    /// The largest response body a call reads, in bytes (default
+    /// [`DEFAULT_MAX_BODY`], 4 MiB): past it, or when the callee announces more, reading the
+    /// body fails with a [`BodyError::TooLarge`] (in the reqwest error's sources) and the
+    /// connection or stream is dropped. `u64::MAX` is no limit. See
+    /// [`deadline_http::propagate::body`].
+    #[must_use = "this returns the middleware with the limit set; the original is unchanged"]
+    pub fn max_body(mut self, limit: u64) -> DeadlineMiddleware {
+        self.max_body = limit;
+        self
     }
 
     /// Names the downstream in the call's span (`call:<name>`; default: the URL's host and
@@ -332,6 +354,8 @@ impl Middleware for DeadlineMiddleware {
             let end = Instant::now();
             match result {
                 Ok(Ok(response)) => {
+                    let until = AttemptEnd::new(at + attempt.wait, self.policy.timeout(), capped);
+                    let response = bounded(response, until, self.max_body);
                     let callee = response
                         .headers()
                         .get(TRACE_HEADER)
@@ -392,6 +416,36 @@ impl Middleware for DeadlineMiddleware {
             }
         }
     }
+}
+
+/// `response` with its body read within the attempt's wait (`until`) and at most `max_body`
+/// bytes, as the `deadline-http` client reads one (see [`deadline_http::propagate::body`]).
+/// reqwest's own per-request timeout, set to the same wait, covers the body too; the size
+/// limit is this one's alone. The response keeps its URL.
+fn bounded(response: Response, until: AttemptEnd, max_body: u64) -> Response {
+    let url = response.url().clone();
+    let response: http::Response<reqwest::Body> = response.into();
+    let (mut parts, body) = response.into_parts();
+    let body = CallBody::new(body, Some(until), max_body);
+    // reqwest reads a response's URL from an extension only its response builder sets.
+    use reqwest::ResponseBuilderExt as _;
+    if let Ok(carrier) = http::Response::builder().url(url).body(()) {
+        parts.extensions.extend(carrier.into_parts().0.extensions);
+    }
+    Response::from(http::Response::from_parts(parts, reqwest::Body::wrap(body)))
+}
+
+/// Whether `error` (from reading a response body) is a [`BodyError`] of this middleware's, and
+/// which.
+pub fn body_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyError> {
+    let mut source = Some(error);
+    while let Some(current) = source {
+        if let Some(body) = current.downcast_ref::<BodyError>() {
+            return Some(body);
+        }
+        source = current.source();
+    }
+    None
 }
 
 /// The call's result once the planner sends no more attempts.

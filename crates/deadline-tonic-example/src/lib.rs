@@ -103,10 +103,21 @@ impl Service<http::Request<tonic::body::Body>> for DeadlineChannel {
             let body = body.collect().await?.to_bytes();
             let request = http::Request::from_parts(parts, Full::new(body));
             // Called here, on the handler's task, so the propagate layer sees its deadline.
-            inner
+            let response = inner
                 .call(request)
                 .await
-                .map_err(|e| deadline_status(&target, e))
+                .map_err(|e| deadline_status(&target, e))?;
+            // The reply's body is bounded by the attempt's wait: one still arriving when the
+            // deadline passes ends as DEADLINE_EXCEEDED, as the call itself would.
+            Ok(response.map(|body| {
+                tonic::body::Body::new(body.map_err(move |e| -> BoxError {
+                    if e.is_deadline() {
+                        Box::new(Status::deadline_exceeded(e.to_string()))
+                    } else {
+                        Box::new(e)
+                    }
+                }))
+            }))
         })
     }
 }

@@ -195,7 +195,11 @@ fn pooled_client() -> Client<HttpConnector, Full<Bytes>> {
 }
 
 /// What a chain edge answers once its downstream has: the downstream's status and body.
-async fn relay(result: Result<Response<Incoming>, String>) -> Response<Full<Bytes>> {
+async fn relay<B>(result: Result<Response<B>, String>) -> Response<Full<Bytes>>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Display,
+{
     let (status, body) = match result {
         Ok(response) => {
             let status = response.status();

@@ -8,6 +8,7 @@ mod demo;
 mod dialects;
 mod grpc;
 mod hold_log;
+mod hostile_downstream;
 mod hygiene;
 mod load;
 mod metrics;

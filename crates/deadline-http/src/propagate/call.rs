@@ -13,6 +13,7 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use super::attempt::{AttemptRequests, authority_name};
+use super::body::AttemptEnd;
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
 use super::{Target, UNNAMED_TARGET};
@@ -111,17 +112,26 @@ where
                 target = requests.original().map(|r| Arc::from(authority_name(r)));
             }
             // Ruled out by the check before planning; stop as if the attempts were used.
-            let Some(attempt_request) = requests.next(plan.sent(), attempt.budget) else {
+            let Some(mut attempt_request) = requests.next(plan.sent(), attempt.budget) else {
                 continue;
             };
             metrics.attempt(plan.sent());
             let _calling = record.as_mut().map(|record| record.begin(sent_at));
-            let outcome = tokio::time::timeout_at(sent_at + attempt.wait, async {
+            let capped = attempt.wait < policy.timeout();
+            // The attempt's wait covers its response's body too (see `body`).
+            let until = AttemptEnd {
+                at: sent_at + attempt.wait,
+                capped,
+                timeout: policy.timeout(),
+            };
+            // For the client below: a connection an attempt timed out on is not reused.
+            attempt_request.extensions_mut().insert(until);
+            let outcome = tokio::time::timeout_at(until.at, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
-                ready.call(attempt_request).await.map_err(Into::into)
+                let response = ready.call(attempt_request).await.map_err(Into::into)?;
+                Ok(until.mark(response))
             })
             .await;
-            let capped = attempt.wait < policy.timeout();
             let end = Instant::now();
             match judge(
                 outcome,

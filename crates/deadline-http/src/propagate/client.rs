@@ -7,11 +7,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::{Backoff, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
+use super::{Backoff, CallBody, Callee504, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
 use crate::error::CallError;
 
-/// The pooled HTTP/1 client [`DeadlineClient`] wraps.
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+use super::evict::{Evicting, H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT};
 
 /// An HTTP client whose calls carry the current deadline: hyper-util's pooled client wrapped in
 /// [`PropagateDeadline`].
@@ -40,9 +39,13 @@ type HttpClient = Client<HttpConnector, Full<Bytes>>;
 /// println!("inventory answered {}", response.status());
 /// # Ok(()) }
 /// ```
+///
+/// A connection an attempt timed out on is taken out of the pool (the next call dials a new
+/// one), and an HTTP/2 connection whose peer stops answering keep-alive PINGs is closed; see
+/// [`H2_KEEP_ALIVE_INTERVAL`](super::H2_KEEP_ALIVE_INTERVAL).
 #[derive(Clone, Debug)]
 pub struct DeadlineClient {
-    service: PropagateDeadline<HttpClient>,
+    service: PropagateDeadline<Evicting>,
 }
 
 impl DeadlineClient {
@@ -69,15 +72,21 @@ impl DeadlineClient {
         let client = Client::builder(TokioExecutor::new())
             .http2_only(true)
             .timer(TokioTimer::new())
+            .http2_keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+            .http2_keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
             .build(connector);
         DeadlineClient::from_client(client, policy)
     }
 
     /// A client making calls under `policy` through `client` (for a pool configured otherwise;
-    /// remember `set_nodelay(true)` on its connector).
-    pub fn from_client(client: HttpClient, policy: CallPolicy) -> DeadlineClient {
+    /// remember `set_nodelay(true)` on its connector, and for HTTP/2 keep-alive PINGs with a
+    /// timer, as [`h2c`](Self::h2c) sets them).
+    pub fn from_client(
+        client: Client<HttpConnector, Full<Bytes>>,
+        policy: CallPolicy,
+    ) -> DeadlineClient {
         DeadlineClient {
-            service: PropagateDeadline::new(client, policy),
+            service: PropagateDeadline::new(Evicting { client }, policy),
         }
     }
 
@@ -147,9 +156,21 @@ impl DeadlineClient {
         }
     }
 
+    /// The largest response body a call reads, in bytes (default
+    /// [`DEFAULT_MAX_BODY`](super::DEFAULT_MAX_BODY), 4 MiB): past it, or when the callee
+    /// announces more in `Content-Length`, reading the body fails with
+    /// [`BodyError::TooLarge`](super::BodyError::TooLarge) and the connection (HTTP/1.1) or
+    /// the stream (HTTP/2) is dropped. `u64::MAX` is no limit. See [`body`](super::body).
+    #[must_use = "this returns the client with the limit set; the original is unchanged"]
+    pub fn max_body(self, limit: u64) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.max_body(limit),
+        }
+    }
+
     /// `GET uri` with an empty body. A `uri` that does not parse is
     /// [`CallError::InvalidRequest`], and nothing is sent.
-    pub async fn get<U>(&self, uri: U) -> Result<Response<Incoming>, CallError>
+    pub async fn get<U>(&self, uri: U) -> Result<Response<CallBody<Incoming>>, CallError>
     where
         Uri: TryFrom<U>,
         <Uri as TryFrom<U>>::Error: Into<http::Error>,
@@ -161,11 +182,13 @@ impl DeadlineClient {
     }
 
     /// Sends `request` (its URI must be absolute: `http://host:port/path`), retrying as the
-    /// policy and the [retry rules](super#retries) allow.
+    /// policy and the [retry rules](super#retries) allow. The response's body is read within
+    /// the attempt's wait and the size limit ([`max_body`](Self::max_body)); a body cut short
+    /// is an error, never a shorter body.
     pub async fn send(
         &self,
         request: Request<Full<Bytes>>,
-    ) -> Result<Response<Incoming>, CallError> {
+    ) -> Result<Response<CallBody<Incoming>>, CallError> {
         self.service.start(request).await
     }
 }

@@ -7,11 +7,14 @@ use std::task::{Context, Poll};
 
 use http::Response;
 
+use super::body::CallBody;
 use crate::error::CallError;
 
-type BoxFuture<RB> = Pin<Box<dyn Future<Output = Result<Response<RB>, CallError>> + Send>>;
+type BoxFuture<RB> =
+    Pin<Box<dyn Future<Output = Result<Response<CallBody<RB>>, CallError>> + Send>>;
 
 /// The whole outbound call: every attempt, the waits between them and the trace recording.
+/// Its response's body is a [`CallBody`], bounded in size and by the attempt's wait.
 ///
 /// Dropping it cancels the attempt in flight (with hyper, that closes the attempt's HTTP/1
 /// connection, so the callee sees the hang-up) and still records the call's span, with the
@@ -27,7 +30,7 @@ pub struct ResponseFuture<RB> {
 
 impl<RB> ResponseFuture<RB> {
     pub(super) fn new(
-        future: impl Future<Output = Result<Response<RB>, CallError>> + Send + 'static,
+        future: impl Future<Output = Result<Response<CallBody<RB>>, CallError>> + Send + 'static,
     ) -> ResponseFuture<RB> {
         ResponseFuture {
             inner: Box::pin(future),
@@ -36,7 +39,7 @@ impl<RB> ResponseFuture<RB> {
 }
 
 impl<RB> Future for ResponseFuture<RB> {
-    type Output = Result<Response<RB>, CallError>;
+    type Output = Result<Response<CallBody<RB>>, CallError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.inner.as_mut().poll(cx)

@@ -37,6 +37,7 @@ use tower_service::Service;
 
 use super::UNNAMED_TARGET;
 use super::attempt::AttemptRequests;
+use super::body::AttemptEnd;
 use super::call::{Call, Failure, start_record, stopped, target_name};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
@@ -106,16 +107,29 @@ impl Drop for Hedged {
 }
 
 /// One attempt: readiness and the call, within its wait.
-async fn flight<S, B, RB>(mut inner: S, request: Request<B>, until: Instant) -> Outcome<RB>
+/// The response is marked with the attempt's end, which bounds its body too.
+async fn flight<S, B, RB>(mut inner: S, mut request: Request<B>, until: AttemptEnd) -> Outcome<RB>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
 {
-    tokio::time::timeout_at(until, async move {
+    // For the client below: a connection an attempt timed out on is not reused.
+    request.extensions_mut().insert(until);
+    tokio::time::timeout_at(until.at, async move {
         let ready = inner.ready().await.map_err(Into::into)?;
-        ready.call(request).await.map_err(Into::into)
+        let response = ready.call(request).await.map_err(Into::into)?;
+        Ok(until.mark(response))
     })
     .await
+}
+
+/// The end of `attempt`'s wait, sent at `at` under `policy`.
+fn attempt_end(at: Instant, attempt: &Attempt, policy: &CallPolicy) -> AttemptEnd {
+    AttemptEnd {
+        at: at + attempt.wait,
+        capped: attempt.wait < policy.timeout(),
+        timeout: policy.timeout(),
+    }
 }
 
 /// What woke the loop.
@@ -195,7 +209,11 @@ where
                 drop(last.take());
                 metrics.attempt(plan.sent());
                 first_sent.get_or_insert(at);
-                flights.push(Box::pin(flight(inner.clone(), request, at + attempt.wait)));
+                flights.push(Box::pin(flight(
+                    inner.clone(),
+                    request,
+                    attempt_end(at, &attempt, &policy),
+                )));
                 hedged.out.push(Flight::new(at, &attempt, &policy));
                 hedge_timer = next_hedge(&retries, delay, at);
             }
@@ -227,7 +245,7 @@ where
                                 continue;
                             };
                             metrics.hedge();
-                            let until = at + attempt.wait;
+                            let until = attempt_end(at, &attempt, &policy);
                             flights.push(Box::pin(flight(inner.clone(), request, until)));
                             hedged.out.push(Flight::new(at, &attempt, &policy));
                             hedge_timer = next_hedge(&retries, delay, at);

@@ -19,6 +19,7 @@ pub struct PropagateDeadlineLayer {
     metrics: crate::metrics_hook::ClientHook,
     /// Shared by every service this layer makes.
     retries: Arc<Retries>,
+    max_body: u64,
 }
 
 impl PropagateDeadlineLayer {
@@ -30,6 +31,7 @@ impl PropagateDeadlineLayer {
             dialects: DialectSet::none(),
             metrics: Default::default(),
             retries: Retries::new(super::RetrySettings::default()),
+            max_body: super::DEFAULT_MAX_BODY,
         }
     }
 
@@ -96,6 +98,13 @@ impl PropagateDeadlineLayer {
         self.retries = Retries::new(self.retries.settings().with_callee_504(rule));
         self
     }
+
+    /// The largest response body a call reads, in bytes (default 4 MiB; see
+    /// [`PropagateDeadline::max_body`]).
+    pub fn max_body(mut self, limit: u64) -> PropagateDeadlineLayer {
+        self.max_body = limit;
+        self
+    }
 }
 
 impl<S> Layer<S> for PropagateDeadlineLayer {
@@ -109,6 +118,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             dialects: self.dialects.clone(),
             metrics: self.metrics.clone(),
             retries: Arc::clone(&self.retries),
+            max_body: self.max_body,
         }
     }
 }

@@ -21,6 +21,7 @@
 //! use deadline::{BUDGET_HEADER, CallPolicy, Deadline};
 //! use deadline_http::{PropagateDeadlineLayer, with_deadline};
 //! use http::{Request, Response};
+//! use http_body_util::BodyExt;
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
 //! # let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?;
@@ -39,7 +40,7 @@
 //! let now = tokio::time::Instant::now().into_std();
 //! let deadline = Deadline::after_duration(now, Duration::from_millis(600));
 //! let response = with_deadline(deadline, client.oneshot(Request::new(String::new()))).await?;
-//! assert_eq!(response.body(), "550");
+//! assert_eq!(response.into_body().collect().await?.to_bytes(), "550");
 //! # Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
 //! # })?;
 //! # Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
@@ -187,9 +188,11 @@
 //! [`Activity::Calling`]: crate::Activity::Calling
 //! [`Plan::next`]: deadline::Plan::next
 mod attempt;
+pub mod body;
 mod call;
 mod client;
 pub mod dialects;
+mod evict;
 pub mod future;
 mod grpc;
 mod hedge;
@@ -205,9 +208,11 @@ use deadline::{CallPolicy, Deadline};
 use http::{HeaderName, Request, Response};
 use tower_service::Service;
 
+pub use self::body::{AttemptEnd, BodyError, CallBody, DEFAULT_MAX_BODY};
 use self::call::Call;
 pub use self::client::DeadlineClient;
 pub use self::dialects::DialectSet;
+pub use self::evict::{H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT};
 pub use self::future::ResponseFuture;
 pub use self::layer::PropagateDeadlineLayer;
 use self::retry::Retries;
@@ -240,6 +245,8 @@ pub struct PropagateDeadline<S> {
     metrics: crate::metrics_hook::ClientHook,
     /// Shared by every clone: the retry budgets stay one per target however many clones call.
     retries: Arc<Retries>,
+    /// The largest response body read, in bytes.
+    max_body: u64,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -269,6 +276,7 @@ impl<S> PropagateDeadline<S> {
             dialects: DialectSet::none(),
             metrics: Default::default(),
             retries: Retries::new(RetrySettings::default()),
+            max_body: DEFAULT_MAX_BODY,
         }
     }
 
@@ -308,6 +316,21 @@ impl<S> PropagateDeadline<S> {
     /// The call policy.
     pub fn policy(&self) -> &CallPolicy {
         &self.policy
+    }
+
+    /// The largest response body a call reads, in bytes (default [`DEFAULT_MAX_BODY`], 4 MiB):
+    /// past it, or when the callee announces more, reading the body fails with
+    /// [`BodyError::TooLarge`] and the callee's body (its connection, or its HTTP/2 stream) is
+    /// dropped. `u64::MAX` is no limit; `0` accepts only empty bodies. See [`body`].
+    #[must_use = "this returns the service with the limit set; the original is unchanged"]
+    pub fn max_body(mut self, limit: u64) -> PropagateDeadline<S> {
+        self.max_body = limit;
+        self
+    }
+
+    /// The largest response body a call reads, in bytes.
+    pub fn max_body_limit(&self) -> u64 {
+        self.max_body
     }
 
     /// The backoff before retries (default: full jitter from 25 ms doubling to 250 ms;
@@ -377,7 +400,7 @@ where
     B: Clone + Send + 'static,
     RB: Send + 'static,
 {
-    type Response = Response<RB>;
+    type Response = Response<CallBody<RB>>;
     type Error = CallError;
     type Future = ResponseFuture<RB>;
 
@@ -426,7 +449,8 @@ impl<S> PropagateDeadline<S> {
             metrics,
             retries: Arc::clone(&self.retries),
         };
-        ResponseFuture::new(call.run())
+        let max_body = self.max_body;
+        ResponseFuture::new(async move { Ok(body::wrap(call.run().await?, max_body)) })
     }
 }
 

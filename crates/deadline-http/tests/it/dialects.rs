@@ -473,7 +473,10 @@ async fn a_share_leaves_time_for_the_calls_after() {
     let budgets = deadline_http::with_deadline(deadline, async {
         let first = client.clone().oneshot(Request::new(())).await.unwrap();
         let second = client.clone().oneshot(Request::new(())).await.unwrap();
-        (*first.body(), *second.body())
+        (
+            *first.body().get_ref().unwrap(),
+            *second.body().get_ref().unwrap(),
+        )
     })
     .await;
     // Half of 1,000 less the 50 ms margin; then half of the 550 left, less the margin.

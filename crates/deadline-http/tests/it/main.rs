@@ -8,6 +8,7 @@ mod loopback_client;
 mod loopback_hedge;
 mod loopback_server;
 mod metrics;
+mod outbound_body;
 mod propagate;
 mod queue;
 mod retries;

@@ -13,6 +13,13 @@
 //! when the retry would not fit after it, the call ends now with
 //! [`Stop::PushbackTooLong`], without sleeping. A negative
 //! `grpc-retry-pushback-ms` means "do not retry" ([`Stop::DoNotRetry`]).
+//!
+//! Without a deadline the budget does not bound the wait, so the policy does: a pushback
+//! longer than the attempts' whole configured time ([`max_pushback`]: `attempts × timeout`) is
+//! never slept, with or without a deadline, and the call ends now with
+//! [`Stop::PushbackTooLong`] as well. A callee cannot hold its caller longer with a pushback
+//! than the caller's attempts could have taken: a `Retry-After: 86400` on a call of 3 × 1 s
+//! attempts ends the call instead of sleeping a day.
 //! An HTTP date in `Retry-After` is not read: it would need a wall clock, and it only ever
 //! says "later than any deadline worth keeping" in practice.
 //!
@@ -272,9 +279,11 @@ pub fn decide_retry(
         let decision = super::decide_paced(policy, &rules.backoff, sent, deadline, now, draw);
         return apply_504_rule(decision, rules, last, first);
     }
-    // The pushback is the longer wait: plan the attempt as of when it ends.
+    // The pushback is the longer wait: plan the attempt as of when it ends, unless it is
+    // longer than every attempt together was configured to take.
     let planned = now
         .checked_add(pushback)
+        .filter(|_| pushback <= max_pushback(policy))
         .map(|after| decide(policy, sent, deadline, after));
     let decision = match planned {
         Some(Decision::Send(planned)) => PacedDecision::Send(Delayed {
@@ -292,6 +301,12 @@ pub fn decide_retry(
         }),
     };
     apply_504_rule(decision, rules, last, first)
+}
+
+/// The longest pushback slept under `policy`: its attempts' whole configured time,
+/// `attempts × timeout`.
+pub fn max_pushback(policy: &CallPolicy) -> Duration {
+    policy.timeout().saturating_mul(policy.attempts())
 }
 
 impl Plan {

@@ -81,11 +81,11 @@ fn pushback_is_a_floor_on_the_delay_and_is_spent_from_the_budget() {
             pushback: ms(950)
         })
     );
-    // Without a deadline the pushback is slept whatever its length.
+    // Without a deadline a pushback is slept up to the attempts' whole configured time...
     assert_eq!(
-        decide_retry(&policy, &rules, 1, None, t0, 0, &pushback(5_000)),
+        decide_retry(&policy, &rules, 1, None, t0, 0, &pushback(3_000)),
         PacedDecision::Send(Delayed {
-            delay: ms(5_000),
+            delay: ms(3_000),
             attempt: Attempt {
                 number: 2,
                 wait: ms(1_000),
@@ -93,6 +93,20 @@ fn pushback_is_a_floor_on_the_delay_and_is_spent_from_the_budget() {
             }
         })
     );
+    // ...and no longer: a longer one ends the call now (regression: `Retry-After: 86400` was
+    // slept, clamped to a day, by a call of 3 × 1 s attempts without a budget).
+    for huge in [3_001, 86_400_000, u64::MAX] {
+        assert_eq!(
+            decide_retry(&policy, &rules, 1, None, t0, 0, &pushback(huge)),
+            PacedDecision::Stop(Stop::PushbackTooLong {
+                attempt: 2,
+                remaining: Duration::MAX,
+                pushback: ms(huge)
+            }),
+            "{huge}"
+        );
+    }
+    assert_eq!(max_pushback(&policy), ms(3_000));
     // Attempts run out before the pushback is considered.
     assert_eq!(
         decide_retry(&policy, &rules, 3, deadline, t0, 0, &pushback(950)),
@@ -283,8 +297,12 @@ proptest! {
                         Stop::DoNotRetry { .. } => prop_assert_eq!(last.pushback, Pushback::DoNotRetry),
                         Stop::PushbackTooLong { pushback, .. } => {
                             prop_assert_eq!(last.pushback, Pushback::After(pushback));
-                            let d = deadline.expect("only a deadline makes a pushback too long");
-                            prop_assert!(matches!(decide(&policy, sent, Some(d), now + pushback), Decision::Stop(_)));
+                            // Longer than the attempts' whole configured time, or too long for
+                            // the deadline.
+                            let too_long_for_the_deadline = deadline.is_some_and(|d| {
+                                matches!(decide(&policy, sent, Some(d), now + pushback), Decision::Stop(_))
+                            });
+                            prop_assert!(pushback > max_pushback(&policy) || too_long_for_the_deadline);
                         }
                         Stop::CalleeOutOfTime { spent, next, .. } => {
                             prop_assert_eq!(last.deadline_504, Some(spent));
@@ -304,6 +322,8 @@ proptest! {
                         prop_assert!(last.pushback != Pushback::DoNotRetry);
                         if let Pushback::After(p) = last.pushback {
                             prop_assert!(delay >= p, "at least the pushback");
+                            // A pushback past attempts × timeout is never what is slept.
+                            prop_assert!(p <= max_pushback(&policy) || delay <= backoff.ceiling(sent));
                         }
                         let floor = match last.pushback { Pushback::After(p) => p, _ => Duration::ZERO };
                         prop_assert!(delay <= backoff.ceiling(sent).max(floor));
