@@ -35,6 +35,9 @@ const ATTEMPTS: u32 = 3;
 const FAIL_US: u64 = 1_000;
 const WORK_US: u64 = 100_000;
 
+/// Makes a throttle whose clock starts at the given instant.
+type MakeThrottle = fn(Instant) -> Box<dyn Throttle>;
+
 /// A retry throttle as the simulated client sees it.
 trait Throttle {
     /// A request's first attempt goes out.
@@ -276,7 +279,7 @@ fn run(throttle: &mut dyn Throttle, rate: f64, seconds: f64, failures: Failures)
 fn main() {
     #[allow(clippy::disallowed_methods)] // the budgets' origin: any instant will do
     let start = Instant::now();
-    let throttles: [(&str, fn(Instant) -> Box<dyn Throttle>); 6] = [
+    let throttles: [(&str, MakeThrottle); 6] = [
         ("none", |_| Box::new(Unlimited)),
         ("Finagle: 20 % + 10/s", |t| {
             Box::new(Core(RetryBudget::new(RetryBudgetConfig::FINAGLE, t)))

@@ -289,13 +289,13 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     if args.margin >= args.user_wait {
         bail!("--margin must be below --user-wait, or the user sends no budget");
     }
-    if let Some(mix) = &args.budget_mix {
-        if args.margin >= mix.shortest_wait() {
-            bail!(
-                "--margin must be below every wait of --budget-mix ({} ms), or those users send no budget",
-                mix.shortest_wait()
-            );
-        }
+    if let Some(mix) = &args.budget_mix
+        && args.margin >= mix.shortest_wait()
+    {
+        bail!(
+            "--margin must be below every wait of --budget-mix ({} ms), or those users send no budget",
+            mix.shortest_wait()
+        );
     }
     Ok(())
 }
