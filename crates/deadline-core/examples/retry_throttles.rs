@@ -35,6 +35,9 @@ const ATTEMPTS: u32 = 3;
 const FAIL_US: u64 = 1_000;
 const WORK_US: u64 = 100_000;
 
+/// Makes a throttle whose clock starts at the given instant.
+type MakeThrottle = fn(Instant) -> Box<dyn Throttle>;
+
 /// A retry throttle as the simulated client sees it.
 trait Throttle {
     /// A request's first attempt goes out.
