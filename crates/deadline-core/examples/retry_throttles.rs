@@ -22,7 +22,7 @@
 //! partial failure (each attempt fails with probability 1/3, 30/s for 60 s), and isolated
 //! failures at 0.1 requests a second (a third of the requests fail once, for an hour).
 //!
-//! `cargo run -p deadline --example retry_throttles` prints the table (deterministic: a fixed
+//! `cargo run -p deadline-core --example retry_throttles` prints the table (deterministic: a fixed
 //! seed).
 
 use std::cmp::Reverse;
@@ -275,9 +275,6 @@ fn run(throttle: &mut dyn Throttle, rate: f64, seconds: f64, failures: Failures)
     }
     figures
 }
-
-/// Makes one throttle, its clock starting at the instant given.
-type MakeThrottle = fn(Instant) -> Box<dyn Throttle>;
 
 fn main() {
     #[allow(clippy::disallowed_methods)] // the budgets' origin: any instant will do
