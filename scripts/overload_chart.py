@@ -13,8 +13,11 @@ MODES = [
     ("fifo", "FIFO", "#d62728", ""),
     ("edf", "EDF", "#ff7f0e", "2 3"),
     ("edf-admission", "EDF + admission", "#1f77b4", ""),
+    ("edf-admission-cap", "EDF + admission + wait cap", "#2ca02c", ""),
     ("edf-admission-retries", "EDF + admission, 3 attempts a hop", "#9467bd", "1 2"),
+    ("edf-admission-cap-retries", "EDF + admission + wait cap, 3 attempts a hop", "#8c564b", "1 2"),
 ]
+CHARTED = {"baseline", "fifo", "edf", "edf-admission", "edf-admission-cap"}
 
 
 def load(directory):
@@ -27,9 +30,12 @@ def load(directory):
 
 
 def table(runs):
+    classes = sorted({c["wait_ms"] for r in runs.values() for c in r.get("budget_classes", [])})
+    extra = "".join(f" | in time, {w} ms users" for w in classes)
     print("| offered | mode | goodput /s (of 80) | in-time p50 / p99 | refused: n, p50 / p99 "
-          "| shed (p99 time to refuse) | inventory work for missed users | work after users left |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| shed (p99 time to refuse) | sheds per user | inventory work for missed users "
+          f"| work after users left{extra} |")
+    print("|---|---|---|---|---|---|---|---|---|" + "---|" * len(classes))
     for rate in sorted({r for r, _ in runs}):
         for mode, label, _, _ in MODES:
             run = runs.get((rate, mode))
@@ -42,8 +48,15 @@ def table(runs):
                 f"| {run['in_time_p50_ms']} / {run['in_time_p99_ms']} ms "
                 f"| {run['refused']}, {run['refused_p50_ms']} / {run['refused_p99_ms']} ms "
                 f"| {run['shed']} ({run['shed_p99_ms']:.1f} ms) "
+                f"| {run['shed'] / run['requests']:.2f} "
                 f"| {run['inventory_worker_ms_on_missed'] / 1000:.1f} s "
                 f"| {run['worker_ms_after_users_left'] / 1000:.1f} s |"
+                + "".join(
+                    f" {c['in_time_share'] * 100:.0f} % ({c['in_time_p50_ms']} ms) |"
+                    for w in classes
+                    for c in run.get("budget_classes", [])
+                    if c["wait_ms"] == w
+                )
             )
 
 
@@ -77,7 +90,7 @@ def chart(runs, out):
     step = 20
     for y in range(0, int(ymax) + 1, step):
         parts.append(f'<text x="{left - 6}" y="{py(y) + 4}" text-anchor="end">{y}</text>')
-    for i, (mode, label, colour, dash) in enumerate(MODES[:4]):
+    for i, (mode, label, colour, dash) in enumerate(m for m in MODES if m[0] in CHARTED):
         points = [(r / capacity, runs[(r, mode)]["goodput_per_s"]) for r in rates if (r, mode) in runs]
         if not points:
             continue

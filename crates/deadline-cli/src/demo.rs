@@ -12,13 +12,14 @@ use deadline::trace::name;
 use serde::Serialize;
 
 use crate::grpc::{Protocol, Users};
-use crate::harness::{Chain, Scenario, UserResult, user_budget, with_margin};
+use crate::harness::{Chain, Scenario, TempDir, UserResult, user_budget, with_margin};
 use crate::holds::HoldLine;
+use crate::peer::{self, ChainRuns, Node, Peer, Way};
 use crate::placement::{Placement, PlacementArgs};
 use crate::svg;
 
 /// Arguments of `deadline demo`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct DemoArgs {
     /// Draw the timeline of every worker hold to this SVG file.
     #[arg(long)]
@@ -45,20 +46,37 @@ pub(crate) struct DemoArgs {
     /// Where the three services run.
     #[command(flatten)]
     placement: PlacementArgs,
+    /// Check the run with deadlines (see [`check`]) and exit non-zero when it fails: the user
+    /// heard back before giving up, and no call and no worker time came after the user left.
+    #[arg(long)]
+    check: bool,
+    /// Also run the request through a chain written with another library, in each way its
+    /// users write it, and print both side by side (over gRPC, on loopback, `--runs` times).
+    #[arg(long, value_enum)]
+    peer: Option<Peer>,
+    /// With `--peer`: how many times to run every chain (the table gives median and worst).
+    #[arg(long, default_value_t = 5, requires = "peer")]
+    runs: usize,
+    /// With `--peer grpc-js`: the `node_modules` directory that holds `@grpc/grpc-js`.
+    #[arg(long, default_value = peer::DEFAULT_NODE_MODULES, requires = "peer")]
+    node_modules: PathBuf,
+    /// With `--peer`: exit non-zero unless every run with deadlines made no call and did no
+    /// work after the user left.
+    #[arg(long, requires = "peer")]
+    peer_check: bool,
     /// Inventory's work becomes `SELECT pg_sleep(S)` on this PostgreSQL database
     /// (postgres://USER@HOST:PORT/DATABASE), and each run reports the database's own time
     /// after the user left, sampled from `pg_stat_activity`.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
-    /// Check the run with deadlines (see [`check`]) and exit non-zero when it fails: the user
-    /// heard back before giving up, and no call and no worker time came after the user left.
-    #[arg(long)]
-    check: bool,
 }
 
 /// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DemoRun {
+    /// Which chain ran, when it was not this project's (`deadline demo --peer`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) chain: Option<&'static str>,
     pub(crate) deadlines: bool,
     pub(crate) user_status: Option<u16>,
     /// The gRPC status the user heard (`--protocol grpc`); `user_status` is then the HTTP status
@@ -176,6 +194,7 @@ fn summarize(deadlines: bool, user: &UserResult, holds: Vec<HoldLine>, start_ms:
         .filter_map(|h| h.end_ms)
         .fold(start_ms, f64::max);
     DemoRun {
+        chain: None,
         deadlines,
         user_status: user.status,
         user_grpc_status: user.grpc.map(|code| code.to_string()),
@@ -201,6 +220,9 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     if args.margin >= args.user_wait {
         anyhow::bail!("--margin must be below --user-wait, or the user sends no budget");
+    }
+    if let Some(peer) = args.peer {
+        return compare(args, peer).await;
     }
     let placement = args.placement.resolve()?;
     if !args.json {
@@ -269,6 +291,155 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// One run of the slow request through the grpc-js chain, in one way.
+async fn peer_once(
+    args: &DemoArgs,
+    placement: &Placement,
+    node: &Node,
+    way: Way,
+) -> anyhow::Result<DemoRun> {
+    let mut hops =
+        Scenario::reference(vec!["--work".into(), args.inventory_work.to_string()]).hops(true);
+    for hop in &mut hops {
+        hop.args.extend(way.args());
+        hop.args.push("--modules".into());
+        hop.args.push(node.modules().display().to_string());
+    }
+    let chain = Chain::start_program("demo-grpcjs", &hops, placement, node.program()).await?;
+    let client = Users::new(Protocol::Grpc);
+    let url = format!("{}/order/42", chain.edge_url());
+    let wait = Duration::from_millis(args.user_wait);
+    let budget = user_budget(args.user_wait, args.margin);
+    let user = client.one(&url, "demo-1", Some(budget), wait).await?;
+    let holds = chain.stop().await?;
+    let mut run = summarize(false, &user, holds, user.sent_ms);
+    run.chain = Some(way.label());
+    Ok(run)
+}
+
+/// `deadline demo --peer`: every chain `--runs` times, then the table (or the JSON).
+async fn compare(args: DemoArgs, peer: Peer) -> anyhow::Result<ExitCode> {
+    let Peer::GrpcJs = peer;
+    if args.runs == 0 {
+        anyhow::bail!("--runs must be at least 1");
+    }
+    let placement = args.placement.resolve()?;
+    if !placement.describe().is_empty() {
+        anyhow::bail!(
+            "--peer runs every hop on 127.0.0.1: leave out --netns, --hop-prefix and --hop-listen"
+        );
+    }
+    let dir = TempDir::new("demo-peer")?;
+    let node = Node::prepare(dir.path(), &args.node_modules)?;
+    let mut ours = args.clone();
+    ours.protocol = Protocol::Grpc;
+    let budget = user_budget(args.user_wait, args.margin);
+    if !args.json {
+        println!(
+            "deadline demo --peer grpc-js: the demo's slow request, over gRPC, through a chain \
+             written with @grpc/grpc-js and through deadline services."
+        );
+        println!(
+            "The user waits {:.1} s and sends grpc-timeout {budget}m. Inventory takes {:.1} s. \
+             {} runs of each chain.",
+            args.user_wait as f64 / 1_000.0,
+            args.inventory_work as f64 / 1_000.0,
+            args.runs
+        );
+    }
+    let mut chains: Vec<ChainRuns> = Way::ALL
+        .iter()
+        .map(|way| ChainRuns {
+            chain: way.label(),
+            runs: Vec::new(),
+        })
+        .chain([
+            ChainRuns {
+                chain: "deadline, without deadlines (timeouts only)",
+                runs: Vec::new(),
+            },
+            ChainRuns {
+                chain: "deadline, with deadlines",
+                runs: Vec::new(),
+            },
+        ])
+        .collect();
+    for round in 1..=args.runs {
+        for (slot, way) in Way::ALL.iter().enumerate() {
+            let run = tokio::select! {
+                run = peer_once(&args, &placement, &node, *way) => run?,
+                _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
+            };
+            chains[slot].runs.push(run);
+        }
+        for deadlines in [false, true] {
+            let run = tokio::select! {
+                run = run_once(&ours, &placement, deadlines) => run?,
+                _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
+            };
+            chains[Way::ALL.len() + usize::from(deadlines)]
+                .runs
+                .push(run);
+        }
+        eprintln!("round {round} of {} done", args.runs);
+    }
+    if let Some(path) = &args.svg {
+        let timeline: Vec<svg::TimelineRun<'_>> = chains
+            .iter()
+            .filter_map(|c| c.runs.first())
+            .map(DemoRun::timeline)
+            .collect();
+        let picture = svg::demo_timeline(&timeline, args.user_wait as f64);
+        std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        #[derive(Serialize)]
+        struct PeerReport<'a> {
+            peer: &'static str,
+            chains: &'a [ChainRuns],
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&PeerReport {
+                peer: "grpc-js",
+                chains: &chains
+            })?
+        );
+    } else {
+        println!();
+        print!("{}", peer::table(&chains));
+        if let Some(path) = &args.svg {
+            println!(
+                "Timeline of each chain's first run written to {}.",
+                path.display()
+            );
+        }
+    }
+    let with = &chains[Way::ALL.len() + 1];
+    let late: Vec<&DemoRun> = with
+        .runs
+        .iter()
+        .filter(|r| r.calls_after_user_left > 0 || r.waste_ms() > 0.0)
+        .collect();
+    if args.peer_check && !late.is_empty() {
+        for run in &late {
+            eprintln!(
+                "CHECK FAILED: with deadlines, {} calls and {:.0} ms of work after the user left",
+                run.calls_after_user_left,
+                run.waste_ms()
+            );
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    if args.peer_check {
+        eprintln!(
+            "check passed: {} runs with deadlines, no call and no work after the user left",
+            with.runs.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn secs(ms: f64) -> String {
@@ -403,13 +574,19 @@ fn print_comparison(runs: &[DemoRun]) {
 
 impl DemoRun {
     /// What the user heard: the gRPC status's name for a gRPC user, else the HTTP status.
-    fn heard(&self) -> Option<String> {
+    pub(crate) fn heard(&self) -> Option<String> {
         self.user_grpc_status
             .clone()
             .or_else(|| self.user_status.map(|s| s.to_string()))
     }
 
-    fn user_left_ms(&self) -> f64 {
+    /// Worker time after the user left, in ms.
+    pub(crate) fn waste_ms(&self) -> f64 {
+        self.worker_ms_after_user_left
+    }
+
+    /// When the user heard back or gave up, in ms from when they sent.
+    pub(crate) fn user_left_ms(&self) -> f64 {
         self.user_heard_back_ms
             .or(self.user_gave_up_ms)
             .unwrap_or(0.0)
@@ -418,6 +595,7 @@ impl DemoRun {
     /// What the timeline draws of this run.
     fn timeline(&self) -> svg::TimelineRun<'_> {
         svg::TimelineRun {
+            label: self.chain,
             deadlines: self.deadlines,
             holds: &self.holds,
             start_ms: self.start_ms,
@@ -449,6 +627,7 @@ mod tests {
 
     fn run(deadlines: bool, status: Option<u16>, calls_after: usize, ms_after: f64) -> DemoRun {
         DemoRun {
+            chain: None,
             deadlines,
             user_status: status,
             user_grpc_status: None,

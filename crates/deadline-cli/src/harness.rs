@@ -191,8 +191,23 @@ impl Chain {
         hops: &[Hop],
         placement: &Placement,
     ) -> anyhow::Result<Chain> {
-        let dir = TempDir::new(label)?;
         let exe = std::env::current_exe().context("finding the deadline binary")?;
+        Chain::start_program(label, hops, placement, &[exe.into(), "service".into()]).await
+    }
+
+    /// As [`start`](Chain::start), each hop run by `program` (a command and its first
+    /// arguments) instead of `deadline service`: a service written with another library that
+    /// takes the same flags, prints the same ready line and writes the same log.
+    pub(crate) async fn start_program(
+        label: &str,
+        hops: &[Hop],
+        placement: &Placement,
+        program: &[std::ffi::OsString],
+    ) -> anyhow::Result<Chain> {
+        let (exe, first_args) = program
+            .split_first()
+            .ok_or_else(|| anyhow!("no program to run the services with"))?;
+        let dir = TempDir::new(label)?;
         let mut running: Vec<Running> = Vec::with_capacity(hops.len());
         for hop in hops.iter().rev() {
             let log = dir.path().join(format!("{}.jsonl", hop.name));
@@ -200,12 +215,12 @@ impl Chain {
             let mut cmd = match place.prefix.split_first() {
                 Some((program, rest)) => {
                     let mut cmd = Command::new(program);
-                    cmd.args(rest).arg(&exe);
+                    cmd.args(rest).arg(exe);
                     cmd
                 }
-                None => Command::new(&exe),
+                None => Command::new(exe),
             };
-            cmd.arg("service")
+            cmd.args(first_args)
                 .arg("--name")
                 .arg(hop.name)
                 .arg("--log")

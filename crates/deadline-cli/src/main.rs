@@ -14,6 +14,7 @@ mod hygiene;
 mod jobs;
 mod load;
 mod outage;
+mod peer;
 mod pg;
 mod placement;
 mod service;

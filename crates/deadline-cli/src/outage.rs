@@ -140,21 +140,40 @@ pub(crate) fn do_not_retry(mut response: Response<Full<Bytes>>) -> Response<Full
     response
 }
 
-/// `RATIO,PER_SECOND` for `--retry-budget`: the share of requests that may be retried (0 to 1)
-/// and the retries allowed a second regardless.
+/// `RATIO,PER_WINDOW[,TOKENS]` for `--retry-budget`: the share of requests that may be retried
+/// (0 to 1) and the retries allowed per 10 s window regardless, then optionally the bucket's
+/// tokens (without them, the ratio cap alone). `finagle` is `0.2,100`, Finagle's 20 % plus 10
+/// a second with no bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct BudgetArg {
     pub ratio: f64,
-    pub per_second: u32,
+    pub per_window: u32,
+    pub tokens: Option<u32>,
 }
 
 impl FromStr for BudgetArg {
     type Err = String;
 
     fn from_str(text: &str) -> Result<BudgetArg, String> {
-        let (ratio, per_second) = text
-            .split_once(',')
-            .ok_or_else(|| format!("expected RATIO,PER_SECOND (like 0.2,10), not {text:?}"))?;
+        if text == "finagle" {
+            return Ok(BudgetArg {
+                ratio: 0.2,
+                per_window: 100,
+                tokens: None,
+            });
+        }
+        let mut parts = text.split(',');
+        let (Some(ratio), Some(per_window)) = (parts.next(), parts.next()) else {
+            return Err(format!(
+                "expected RATIO,PER_WINDOW[,TOKENS] (like 0.2,10,5) or finagle, not {text:?}"
+            ));
+        };
+        let tokens = parts.next();
+        if parts.next().is_some() {
+            return Err(format!(
+                "expected at most three parts, RATIO,PER_WINDOW,TOKENS, not {text:?}"
+            ));
+        }
         let ratio: f64 = ratio
             .trim()
             .parse()
@@ -164,26 +183,49 @@ impl FromStr for BudgetArg {
                 "the retry ratio must be between 0 and 1, not {ratio}"
             ));
         }
-        let per_second: u32 = per_second.trim().parse().map_err(|_| {
-            format!("retries per second must be a whole number, not {per_second:?}")
-        })?;
-        Ok(BudgetArg { ratio, per_second })
+        let whole = |part: &str, what: &str| -> Result<u32, String> {
+            let part = part.trim();
+            if part.is_empty() || part.len() > 9 || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!(
+                    "{what} must be a whole number below 1000000000, not {part:?}"
+                ));
+            }
+            part.parse()
+                .map_err(|_| format!("{what} must be a whole number, not {part:?}"))
+        };
+        Ok(BudgetArg {
+            ratio,
+            per_window: whole(per_window, "retries per window")?,
+            tokens: tokens
+                .map(|t| whole(t, "the bucket's tokens"))
+                .transpose()?,
+        })
     }
 }
 
 impl fmt::Display for BudgetArg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{},{}", self.ratio, self.per_second)
+        write!(f, "{},{}", self.ratio, self.per_window)?;
+        if let Some(tokens) = self.tokens {
+            write!(f, ",{tokens}")?;
+        }
+        Ok(())
     }
 }
 
 impl BudgetArg {
-    /// The library's settings for this budget over the default window.
+    /// The library's settings for this budget over the default window (a bucket's top-up is
+    /// the default one).
     pub(crate) fn config(&self) -> deadline_http::propagate::RetryBudgetConfig {
-        deadline_http::propagate::RetryBudgetConfig::new(
-            deadline_http::propagate::RetryBudgetConfig::DEFAULT.window(),
+        use deadline_http::propagate::{RetryBucket, RetryBudgetConfig};
+        RetryBudgetConfig::ratio_cap(
+            RetryBudgetConfig::DEFAULT.window(),
             (self.ratio * 1_000.0).round() as u32,
-            self.per_second,
+            self.per_window,
+        )
+        .bucket(
+            self.tokens
+                .map(|t| RetryBucket::new(t, RetryBucket::DEFAULT.top_up_per_mille())),
         )
     }
 }
@@ -268,11 +310,41 @@ mod tests {
 
     #[test]
     fn budgets_parse() {
+        use deadline_http::propagate::{RetryBucket, RetryBudgetConfig};
         let b: BudgetArg = "0.1,0".parse().unwrap();
         assert_eq!(b.config().ratio_per_mille(), 100);
-        assert_eq!(b.config().min_per_second(), 0);
-        for bad in ["", "0.2", "2,10", "0.2,-1", "x,1", "0.2,1.5"] {
-            assert!(bad.parse::<BudgetArg>().is_err(), "{bad}");
+        assert_eq!(b.config().min_per_window(), 0);
+        assert_eq!(b.config().retry_bucket(), None);
+        let b: BudgetArg = "0.2,10,5".parse().unwrap();
+        assert_eq!(b.config(), RetryBudgetConfig::DEFAULT);
+        assert_eq!(b.to_string().parse::<BudgetArg>().unwrap(), b);
+        let finagle: BudgetArg = "finagle".parse().unwrap();
+        assert_eq!(finagle.config(), RetryBudgetConfig::FINAGLE);
+        assert_eq!(finagle.to_string(), "0.2,100");
+        assert_eq!(
+            "0.5,1,0"
+                .parse::<BudgetArg>()
+                .unwrap()
+                .config()
+                .retry_bucket(),
+            Some(RetryBucket::new(0, 500))
+        );
+        for bad in [
+            "",
+            "0.2",
+            "2,10",
+            "0.2,-1",
+            "x,1",
+            "0.2,1.5",
+            "0.2,+1",
+            "0.2,1,",
+            "0.2,1,2,3",
+            "0.2,1,-5",
+            "0.2,99999999999",
+            "Finagle",
+        ] {
+            let err = bad.parse::<BudgetArg>().unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
         }
     }
 

@@ -84,6 +84,12 @@ pub(crate) struct ServiceArgs {
     /// starts (default: `--work`, the time the work takes).
     #[arg(long)]
     pub admission_min_useful: Option<u64>,
+    /// Refuse at once (503, `Retry-After: 0`) a request that arrives when every slot is busy
+    /// and whose expected wait for a slot exceeds this many ms (checked on arrival only; an
+    /// admitted request is never refused later). Needs `--slots`; works with or without
+    /// `--admission`.
+    #[arg(long, value_name = "MS")]
+    pub max_queue_wait: Option<u64>,
     /// Milliseconds kept back from each budget to write the reply.
     #[arg(long, default_value_t = 10)]
     pub reserve: u64,
@@ -192,8 +198,10 @@ pub(crate) struct ServiceArgs {
     /// a retry or a hedge of a slow attempt is then usually fast.
     #[arg(long)]
     pub slow_per_attempt: bool,
-    /// Retry budget of the downstream calls: RATIO,PER_SECOND over a 10 s window (default
-    /// 0.2,10: a fifth of the requests plus 10 retries a second).
+    /// Retry budget of the downstream calls over a 10 s window: RATIO,PER_WINDOW[,TOKENS]
+    /// (default 0.2,10,5: a fifth of the requests plus 10 retries per window, and a bucket of 5
+    /// tokens that failed retries empty and successes refill; without TOKENS, the ratio cap
+    /// alone), or `finagle` (0.2,100: 20 % plus 10 a second, no bucket).
     #[arg(long, conflicts_with = "no_retry_budget")]
     pub retry_budget: Option<BudgetArg>,
     /// Downstream retries are not budgeted (each call still stops at --attempts).
@@ -249,6 +257,12 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     }
     if args.admission && args.slots.is_none() {
         bail!("--admission needs --slots: without a limit no request ever waits");
+    }
+    if args.max_queue_wait.is_some() && args.slots.is_none() {
+        bail!("--max-queue-wait needs --slots: without a limit no request ever waits");
+    }
+    if args.max_queue_wait == Some(0) {
+        bail!("--max-queue-wait must be at least 1 ms");
     }
     if args.max_queue.is_some() && args.slots.is_none() {
         bail!("--max-queue needs --slots: without a limit no request ever waits");
@@ -404,6 +418,9 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     if args.admission {
         let min_useful = args.admission_min_useful.unwrap_or(args.work);
         enforce = enforce.admission(Duration::from_millis(min_useful));
+    }
+    if let Some(max_wait) = args.max_queue_wait {
+        enforce = enforce.max_queue_wait(Duration::from_millis(max_wait));
     }
     if let Some(max) = args.max_queue {
         enforce = enforce.max_queue(max);

@@ -68,6 +68,8 @@ fn lanes(holds: &[&HoldLine]) -> Vec<usize> {
 /// One demo run as the timeline draws it: plain data, so this module depends on no command.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TimelineRun<'a> {
+    /// The run's name, when not just with or without deadlines (another library's chain).
+    pub(crate) label: Option<&'a str>,
     /// Whether the services ran with deadlines.
     pub(crate) deadlines: bool,
     /// Every worker hold the services logged.
@@ -180,10 +182,10 @@ pub(crate) fn demo_timeline(runs: &[TimelineRun<'_>], user_wait_ms: f64) -> Stri
         };
         let title = format!(
             "{}: {heard}; {} calls, {} after the user left; work until {:.2} s",
-            if run.deadlines {
-                "With deadlines"
-            } else {
-                "Without deadlines"
+            match (run.label, run.deadlines) {
+                (Some(label), _) => label,
+                (None, true) => "With deadlines",
+                (None, false) => "Without deadlines",
             },
             run.calls,
             run.calls_after_user_left,

@@ -20,6 +20,24 @@
 //! carries no deadline. [`admit`] applies the rule at arrival; [`admit_at_grant`] re-checks when a
 //! slot is granted, with the real time left (the estimate can be wrong either way).
 //!
+//! # A cap on the wait
+//!
+//! The rule above admits while the expected wait still fits the budget, so under overload the
+//! queue settles about a budget deep and the users answered in time waited nearly their whole
+//! budget for it. [`admit_capped`] adds a cap on the same prediction:
+//!
+//! ```text
+//! shed          also if expected_wait > max_wait
+//! ```
+//!
+//! checked at arrival only, like the rest of the rule: an admitted request is never dropped
+//! later for having waited (a refusal is useful to the caller when it is immediate; one after a
+//! wait has cost it that wait). With a cap of two rounds of work the queue holds about two rounds,
+//! every worker stays busy (a slot given back always finds a waiter), and a request answered in
+//! time waited at most about the cap instead of about its budget. The price is paid below
+//! capacity: a burst that would have drained within the budget, but not within the cap, is
+//! refused instead of delayed.
+//!
 //! # Why this bound
 //!
 //! If every busy worker finishes within `mean_work` and every waiter ahead works at most
@@ -96,6 +114,8 @@ pub struct Shed {
     remaining: Duration,
     expected_wait: Duration,
     min_useful: Duration,
+    /// The cap on the wait, when it is what refused the request.
+    max_wait: Option<Duration>,
 }
 
 impl Shed {
@@ -113,10 +133,23 @@ impl Shed {
     pub fn min_useful(&self) -> Duration {
         self.min_useful
     }
+
+    /// The cap on the expected wait, when the request was refused for exceeding it.
+    pub fn max_wait(&self) -> Option<Duration> {
+        self.max_wait
+    }
 }
 
 impl fmt::Display for Shed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(cap) = self.max_wait {
+            return write!(
+                f,
+                "shed: expected wait for a worker {} ms, above the cap of {} ms",
+                self.expected_wait.as_millis(),
+                cap.as_millis()
+            );
+        }
         write!(
             f,
             "shed: {} ms left, expected wait for a worker {} ms, work needs at least {} ms",
@@ -153,6 +186,22 @@ pub fn admit(
     min_useful: Duration,
     now: Instant,
 ) -> Admission {
+    admit_capped(queue, estimate, deadline, Some(min_useful), None, now)
+}
+
+/// Applies the admission rule at arrival with a cap on the wait (see the
+/// [module docs](self#a-cap-on-the-wait)): a request with a deadline is shed when its
+/// `expected_wait` exceeds `max_wait`, or (with `min_useful`) when it would leave less than
+/// `min_useful` of its budget. Either rule may be off (`None`). As with [`admit`], nothing is
+/// shed with a free slot, before any work time was observed, or without a deadline. Pure.
+pub fn admit_capped(
+    queue: QueueState,
+    estimate: &WorkTimeEstimate,
+    deadline: Option<Deadline>,
+    min_useful: Option<Duration>,
+    max_wait: Option<Duration>,
+    now: Instant,
+) -> Admission {
     let (Some(deadline), Some(mean_work)) = (deadline, estimate.mean()) else {
         return Admission::Admit;
     };
@@ -161,14 +210,20 @@ pub fn admit(
     }
     let remaining = deadline.remaining(now);
     let expected_wait = expected_wait(queue.ahead, queue.slots, mean_work);
-    if remaining < expected_wait.saturating_add(min_useful) {
+    let shed = |max_wait| {
         Admission::Shed(Shed {
             remaining,
             expected_wait,
-            min_useful,
+            min_useful: min_useful.unwrap_or_default(),
+            max_wait,
         })
-    } else {
-        Admission::Admit
+    };
+    if let Some(cap) = max_wait.filter(|&cap| expected_wait > cap) {
+        return shed(Some(cap));
+    }
+    match min_useful {
+        Some(min_useful) if remaining < expected_wait.saturating_add(min_useful) => shed(None),
+        _ => Admission::Admit,
     }
 }
 
@@ -184,6 +239,7 @@ pub fn admit_at_grant(deadline: Option<Deadline>, min_useful: Duration, now: Ins
             remaining,
             expected_wait: Duration::ZERO,
             min_useful,
+            max_wait: None,
         })
     } else {
         Admission::Admit

@@ -27,7 +27,8 @@
 //! with its full timeout and no budget header: exactly what a client without this library does.
 //!
 //! Retries can back off with full jitter, the delay spent from the same budget ([`backoff`]), and
-//! be bounded across calls as a share of recent requests ([`retry_budget`]).
+//! be bounded across calls as a share of recent requests and by a bucket that failing retries
+//! empty ([`retry_budget`]).
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -43,7 +44,7 @@ pub mod share;
 pub use backoff::{Backoff, BackoffError, Delayed, PacedDecision, decide_paced};
 pub use hedge::{HedgeDelay, Latencies, decide_hedge};
 pub use retry::{Callee504, LastAnswer, Pushback, RetryRules, StopReason, decide_retry};
-pub use retry_budget::{RetryBudget, RetryBudgetConfig};
+pub use retry_budget::{RetryBucket, RetryBudget, RetryBudgetConfig};
 pub use share::{Share, ShareError};
 
 /// The default transit margin a caller keeps back from the budget it forwards.

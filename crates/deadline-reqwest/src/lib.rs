@@ -125,7 +125,8 @@ impl Shared {
 
 impl DeadlineMiddleware {
     /// Calls under `policy`, with the default backoff (25 ms doubling to 250 ms, full jitter)
-    /// and retry budget (20 % of requests plus 10 a second over 10 s).
+    /// and retry budget ([`RetryBudgetConfig::DEFAULT`]: 20 % of requests plus 10 per 10 s
+    /// window, and a bucket of 5 tokens that failed retries empty and successes refill).
     pub fn new(policy: CallPolicy) -> DeadlineMiddleware {
         DeadlineMiddleware {
             policy,
@@ -304,10 +305,15 @@ impl Middleware for DeadlineMiddleware {
                     self.shared.draws.next(),
                     &answer,
                     {
+                        // A shed is retried only with a bucket's permission.
                         |_: &Delayed| {
+                            let shed = answer.is_shed();
                             self.shared
-                                .with_budget(|b| b.try_withdraw(std_now))
-                                .unwrap_or(true)
+                                .with_budget(|b| {
+                                    (!shed || b.config().retry_bucket().is_some())
+                                        && b.try_withdraw(std_now)
+                                })
+                                .unwrap_or(!shed)
                         }
                     },
                 );
@@ -363,6 +369,17 @@ impl Middleware for DeadlineMiddleware {
                     if !retry::retryable(response.status(), response.headers()) {
                         if let Some(record) = &mut record {
                             record.span.outcome = Some(response.status().as_u16().to_string());
+                        }
+                        if propagate {
+                            // A first attempt that worked tops the bucket up; a retry that
+                            // worked gives its token back.
+                            self.shared.with_budget(|b| {
+                                if attempt.number <= 1 {
+                                    b.first_attempt_succeeded();
+                                } else {
+                                    b.refund();
+                                }
+                            });
                         }
                         return Ok(response);
                     }

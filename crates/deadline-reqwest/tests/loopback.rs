@@ -152,7 +152,7 @@ async fn a_503_is_retried_after_a_backoff_and_the_budget_is_shared_by_clones() {
 
     // An empty budget refuses every retry, for every clone of the middleware.
     let (addr, calls) = inventory().await;
-    let empty = DeadlineMiddleware::new(policy).retry_budget(Some(RetryBudgetConfig::new(
+    let empty = DeadlineMiddleware::new(policy).retry_budget(Some(RetryBudgetConfig::ratio_cap(
         Duration::from_secs(10),
         0,
         0,
@@ -217,93 +217,6 @@ async fn the_attempt_timeout_never_runs_past_the_deadline() {
     );
     let text = trace(&ctx);
     assert!(text.contains("=deadline"), "{text}");
-}
-
-/// A downstream whose `/big` answers an endless chunked body and whose `/stall` sends five bytes
-/// of a 1,000-byte body and then nothing. Reports each connection's end on the channel.
-async fn hostile() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<()>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                if head.starts_with(b"GET /big ") {
-                    let _ = stream
-                        .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-                        .await;
-                    let mut chunk = b"10000\r\n".to_vec();
-                    chunk.extend_from_slice(&[b'x'; 0x10000]);
-                    chunk.extend_from_slice(b"\r\n");
-                    while stream.write_all(&chunk).await.is_ok() {}
-                } else {
-                    let _ = stream
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nfirst")
-                        .await;
-                    while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
-                }
-                let _ = tx.send(());
-            });
-        }
-    });
-    (addr, rx)
-}
-
-#[tokio::test]
-async fn a_body_past_the_limit_fails_the_read_and_closes_the_connection() {
-    let (addr, mut ends) = hostile().await;
-    let policy = CallPolicy::new(Duration::from_secs(10), 1).unwrap();
-    let client = with_middleware(DeadlineMiddleware::new(policy).max_body(256 * 1024));
-    let response = client
-        .get(format!("http://{addr}/big"))
-        .send()
-        .await
-        .unwrap();
-    let error = tokio::time::timeout(Duration::from_secs(10), response.bytes())
-        .await
-        .expect("the read ends")
-        .unwrap_err();
-    let body = deadline_reqwest::body_error(&error).expect("a body error in the sources");
-    assert!(body.is_too_large(), "{body}");
-    tokio::time::timeout(Duration::from_secs(10), ends.recv())
-        .await
-        .expect("the downstream sees the connection closed");
-}
-
-#[tokio::test]
-async fn a_stalled_body_ends_at_the_callers_deadline() {
-    let (addr, mut ends) = hostile().await;
-    let policy = CallPolicy::new(Duration::from_secs(30), 1).unwrap();
-    let client = with_middleware(DeadlineMiddleware::new(policy));
-    let start = Instant::now();
-    let deadline = Deadline::after_duration(start.into_std(), ms(600));
-    let result = deadline_http::with_deadline(deadline, async {
-        let response = client
-            .get(format!("http://{addr}/stall"))
-            .send()
-            .await
-            .unwrap();
-        tokio::time::timeout(Duration::from_secs(10), response.bytes())
-            .await
-            .expect("the read ends")
-    })
-    .await;
-    let took = Instant::now().saturating_duration_since(start);
-    assert!(result.is_err());
-    assert!(took >= ms(590) && took < ms(5_000), "{took:?}");
-    tokio::time::timeout(Duration::from_secs(10), ends.recv())
-        .await
-        .expect("the downstream sees the hang-up");
 }
 
 /// A POST is sent once: it may have done its work before failing. With an `Idempotency-Key` the
@@ -421,4 +334,91 @@ async fn a_callee_504_is_retried_only_with_half_its_budget() {
             assert!(text.contains("=skipped-504"), "{text}");
         }
     }
+}
+
+/// A downstream whose `/big` answers an endless chunked body and whose `/stall` sends five bytes
+/// of a 1,000-byte body and then nothing. Reports each connection's end on the channel.
+async fn hostile() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if head.starts_with(b"GET /big ") {
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                        .await;
+                    let mut chunk = b"10000\r\n".to_vec();
+                    chunk.extend_from_slice(&[b'x'; 0x10000]);
+                    chunk.extend_from_slice(b"\r\n");
+                    while stream.write_all(&chunk).await.is_ok() {}
+                } else {
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nfirst")
+                        .await;
+                    while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+                }
+                let _ = tx.send(());
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test]
+async fn a_body_past_the_limit_fails_the_read_and_closes_the_connection() {
+    let (addr, mut ends) = hostile().await;
+    let policy = CallPolicy::new(Duration::from_secs(10), 1).unwrap();
+    let client = with_middleware(DeadlineMiddleware::new(policy).max_body(256 * 1024));
+    let response = client
+        .get(format!("http://{addr}/big"))
+        .send()
+        .await
+        .unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(10), response.bytes())
+        .await
+        .expect("the read ends")
+        .unwrap_err();
+    let body = deadline_reqwest::body_error(&error).expect("a body error in the sources");
+    assert!(body.is_too_large(), "{body}");
+    tokio::time::timeout(Duration::from_secs(10), ends.recv())
+        .await
+        .expect("the downstream sees the connection closed");
+}
+
+#[tokio::test]
+async fn a_stalled_body_ends_at_the_callers_deadline() {
+    let (addr, mut ends) = hostile().await;
+    let policy = CallPolicy::new(Duration::from_secs(30), 1).unwrap();
+    let client = with_middleware(DeadlineMiddleware::new(policy));
+    let start = Instant::now();
+    let deadline = Deadline::after_duration(start.into_std(), ms(600));
+    let result = deadline_http::with_deadline(deadline, async {
+        let response = client
+            .get(format!("http://{addr}/stall"))
+            .send()
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), response.bytes())
+            .await
+            .expect("the read ends")
+    })
+    .await;
+    let took = Instant::now().saturating_duration_since(start);
+    assert!(result.is_err());
+    assert!(took >= ms(590) && took < ms(5_000), "{took:?}");
+    tokio::time::timeout(Duration::from_secs(10), ends.recv())
+        .await
+        .expect("the downstream sees the hang-up");
 }

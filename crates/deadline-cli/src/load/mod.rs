@@ -7,6 +7,7 @@
 //! worst send lateness so a run can show it kept up.
 
 mod metrics;
+mod mix;
 mod outage;
 mod table;
 
@@ -58,6 +59,11 @@ pub(crate) struct LoadArgs {
     /// How long each user waits, in ms; they send this less `--margin` as their budget.
     #[arg(long, default_value_t = 2_000)]
     user_wait: u64,
+    /// Users with different waits instead of one `--user-wait`: MS:SHARE,... (like
+    /// 500:0.3,2000:0.7: 30 % wait 500 ms, 70 % 2 s; the shares add up to 1). Each sends its
+    /// wait less `--margin` as its budget; the report adds the in-time share of each class.
+    #[arg(long, value_name = "MS:SHARE,...")]
+    budget_mix: Option<mix::BudgetMix>,
     /// The transit margin every caller keeps back, in ms: the user sends `--user-wait` less
     /// this as their budget, and each service forwards its remaining budget less this. Raise it
     /// when hops are far apart: it must cover a request's way in (on a new connection, the TCP
@@ -102,6 +108,10 @@ pub(crate) struct LoadArgs {
     /// finish in time (predictive admission, for `--fast-work` of work).
     #[arg(long)]
     admission: bool,
+    /// In the run with deadlines, inventory also refuses at once a request whose expected
+    /// wait for a slot exceeds this many ms (`deadline service --max-queue-wait`).
+    #[arg(long, value_name = "MS")]
+    max_queue_wait: Option<u64>,
     /// Inventory answers 503 to every call from START for SECONDS (START:SECONDS, counted
     /// from the first user); the report adds the calls per user request on the inventory link.
     #[arg(long)]
@@ -109,7 +119,9 @@ pub(crate) struct LoadArgs {
     /// Gateway and orders do not budget their retries (each call still stops at its attempts).
     #[arg(long, conflicts_with = "retry_budget")]
     no_retry_budget: bool,
-    /// Retry budget of gateway and orders: RATIO,PER_SECOND over 10 s (default 0.2,10).
+    /// Retry budget of gateway and orders over a 10 s window: RATIO,PER_WINDOW[,TOKENS]
+    /// (default 0.2,10,5), or `finagle` (0.2,100, no bucket); see `deadline service
+    /// --retry-budget`.
     #[arg(long)]
     retry_budget: Option<BudgetArg>,
     /// Inventory chooses slow requests afresh for every attempt rather than once per request.
@@ -178,6 +190,8 @@ pub(crate) struct LoadRun {
     pub(crate) queue: String,
     /// Whether inventory ran with predictive admission (never in the run without deadlines).
     pub(crate) admission: bool,
+    /// Inventory's cap on the expected queue wait, in ms (never in the run without deadlines).
+    pub(crate) max_queue_wait_ms: Option<u64>,
     /// Users answered in time per second, over the arrivals' `--seconds` or, if longer, from the
     /// first user sent to the last answered in time (so a queue still draining after the last
     /// arrival does not count as extra capacity).
@@ -203,6 +217,8 @@ pub(crate) struct LoadRun {
     pub(crate) calls_per_request_in_outage: Option<f64>,
     /// The outage in detail (with `--outage`).
     outage: Option<outage::OutageFigures>,
+    /// How each class of `--budget-mix` fared (empty without it).
+    budget_classes: Vec<mix::ClassFigures>,
     /// With `--postgres`: the database's own figures, from `pg_stat_activity`.
     #[serde(flatten)]
     database: Option<crate::pg::DbFigures>,
@@ -232,6 +248,8 @@ struct Outcome {
     elapsed_ms: f64,
     /// When the user stopped waiting (epoch ms): answered or gave up.
     left_at_ms: f64,
+    /// The user's class in `--budget-mix` (0 without one).
+    class: usize,
 }
 
 fn validate(args: &LoadArgs) -> anyhow::Result<()> {
@@ -273,8 +291,19 @@ fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     if args.user_wait < 100 {
         bail!("--user-wait must be at least 100 ms");
     }
+    if args.max_queue_wait == Some(0) {
+        bail!("--max-queue-wait must be at least 1 ms");
+    }
     if args.margin >= args.user_wait {
         bail!("--margin must be below --user-wait, or the user sends no budget");
+    }
+    if let Some(mix) = &args.budget_mix
+        && args.margin >= mix.shortest_wait()
+    {
+        bail!(
+            "--margin must be below every wait of --budget-mix ({} ms), or those users send no budget",
+            mix.shortest_wait()
+        );
     }
     Ok(())
 }
@@ -329,6 +358,11 @@ async fn run_once(
         if args.admission {
             inventory.args.push("--admission".to_owned());
         }
+        if let Some(max_wait) = args.max_queue_wait {
+            inventory
+                .args
+                .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
+        }
     }
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);
     let chain = Chain::start(label, &hops, placement).await?;
@@ -340,8 +374,11 @@ async fn run_once(
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let total = (args.rate * args.seconds).round().max(1.0) as usize;
     let period = Duration::from_secs_f64(1.0 / args.rate);
-    let wait = Duration::from_millis(args.user_wait);
-    let budget = user_budget(args.user_wait, args.margin);
+    // Each user's class, wait and budget: one class of `--user-wait` without a mix.
+    let waits: Vec<u64> = match &args.budget_mix {
+        Some(mix) => mix.0.iter().map(|c| c.wait_ms).collect(),
+        None => vec![args.user_wait],
+    };
 
     progress.set_length(total as u64);
     progress.set_position(0);
@@ -362,6 +399,9 @@ async fn run_once(
         let lateness_ms = Instant::now().saturating_duration_since(due).as_secs_f64() * 1_000.0;
         let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
         let id = format!("load-{}-{i}", args.seed);
+        let class = args.budget_mix.as_ref().map_or(0, |mix| mix.class_of(i));
+        let wait = Duration::from_millis(waits[class]);
+        let budget = user_budget(waits[class], args.margin);
         users.spawn(async move {
             let result = client.one(&url, &id, Some(budget), wait).await;
             progress.inc(1);
@@ -375,6 +415,7 @@ async fn run_once(
                     lateness_ms,
                     elapsed_ms,
                     left_at_ms: user.left_ms,
+                    class,
                 }
             })
         });
@@ -558,6 +599,7 @@ fn summarize(
             QueueOrder::Fifo.to_string()
         },
         admission: deadlines && args.admission,
+        max_queue_wait_ms: args.max_queue_wait.filter(|_| deadlines),
         goodput_per_s: goodput(&outcomes, args.seconds),
         capacity_per_s: args.slots as f64 * 1_000.0 / args.fast_work.max(1) as f64,
         in_time_p50_ms: in_time_latency.value_at_quantile(0.50),
@@ -573,7 +615,41 @@ fn summarize(
             .as_ref()
             .map(|o| o.inventory_calls as f64 / o.users as f64),
         outage,
+        budget_classes: args
+            .budget_mix
+            .as_ref()
+            .map(|mix| by_class(mix, &outcomes))
+            .unwrap_or_default(),
     }
+}
+
+/// How each class of `mix` fared.
+fn by_class(mix: &mix::BudgetMix, outcomes: &[Outcome]) -> Vec<mix::ClassFigures> {
+    mix.0
+        .iter()
+        .enumerate()
+        .map(|(class, c)| {
+            let mut latency =
+                Histogram::<u64>::new_with_bounds(1, 3_600_000, 3).expect("valid histogram bounds");
+            let users: Vec<&Outcome> = outcomes.iter().filter(|o| o.class == class).collect();
+            let in_time = users.iter().filter(|o| o.in_time).count();
+            for o in users.iter().filter(|o| o.in_time) {
+                let _ = latency.record((o.elapsed_ms.round() as u64).max(1));
+            }
+            mix::ClassFigures {
+                wait_ms: c.wait_ms,
+                users: users.len(),
+                in_time,
+                in_time_share: if users.is_empty() {
+                    0.0
+                } else {
+                    in_time as f64 / users.len() as f64
+                },
+                in_time_p50_ms: latency.value_at_quantile(0.50),
+                in_time_p99_ms: latency.value_at_quantile(0.99),
+            }
+        })
+        .collect()
 }
 
 /// Users answered in time per second, over `seconds` of arrivals or, if longer, from the first
@@ -764,7 +840,7 @@ impl LoadArgs {
             extra.push_str(&format!("; hedge {hedge}"));
         }
         let base = format!(
-            "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}), queue {}{}; users wait {} ms",
+            "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}), queue {}{}; users wait {}",
             self.rate,
             self.seconds,
             self.slots,
@@ -773,12 +849,16 @@ impl LoadArgs {
             self.slow_work,
             self.seed,
             self.queue,
-            if self.admission {
-                " with admission"
-            } else {
-                ""
+            match (self.admission, self.max_queue_wait) {
+                (true, Some(ms)) => format!(" with admission, wait cap {ms} ms"),
+                (false, Some(ms)) => format!(" with a wait cap of {ms} ms"),
+                (true, None) => " with admission".to_owned(),
+                (false, None) => String::new(),
             },
-            self.user_wait
+            match &self.budget_mix {
+                Some(mix) => format!("{mix} (ms:share)"),
+                None => format!("{} ms", self.user_wait),
+            }
         );
         base + &extra
     }

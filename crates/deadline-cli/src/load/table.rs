@@ -14,7 +14,16 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
         .iter()
         .map(|r| {
             if r.deadlines {
-                format!("with, {}{}", r.queue, if r.admission { "+adm" } else { "" })
+                format!(
+                    "with, {}{}{}",
+                    r.queue,
+                    if r.admission { "+adm" } else { "" },
+                    if r.max_queue_wait_ms.is_some() {
+                        "+cap"
+                    } else {
+                        ""
+                    }
+                )
             } else {
                 "without".to_owned()
             }
@@ -53,6 +62,29 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
             .map(|r| format!("{} / {} ms", r.latency_p50_ms, r.latency_p99_ms))
             .collect(),
     );
+    let classes = runs
+        .iter()
+        .map(|r| r.budget_classes.len())
+        .max()
+        .unwrap_or(0);
+    for class in 0..classes {
+        let Some(wait) = runs
+            .iter()
+            .find_map(|r| r.budget_classes.get(class).map(|c| c.wait_ms))
+        else {
+            continue;
+        };
+        row(
+            &format!("  {wait} ms users in time"),
+            runs.iter()
+                .map(|r| {
+                    r.budget_classes.get(class).map_or_else(String::new, |c| {
+                        format!("{} {:.1} %", c.in_time, c.in_time_share * 100.0)
+                    })
+                })
+                .collect(),
+        );
+    }
     if runs.iter().any(|r| r.outage.is_some()) {
         row(
             "calls per request in outage",

@@ -129,6 +129,7 @@ fn the_grant_recheck_uses_the_real_time_left() {
             remaining: ms(49),
             expected_wait: Duration::ZERO,
             min_useful: ms(50),
+            max_wait: None,
         })
     );
     assert_eq!(
@@ -267,6 +268,8 @@ struct Simulated {
     shed_needlessly: u64,
     missed_after_starting: u64,
     seconds: f64,
+    /// How long each request answered in time waited for its slot.
+    waits: Vec<Duration>,
 }
 
 impl Simulated {
@@ -274,9 +277,21 @@ impl Simulated {
     fn goodput_share(&self) -> f64 {
         self.in_time as f64 / self.seconds / 80.0
     }
+
+    /// The median wait of the requests answered in time.
+    fn wait_p50(&self) -> Duration {
+        let mut waits = self.waits.clone();
+        waits.sort();
+        waits.get(waits.len() / 2).copied().unwrap_or_default()
+    }
 }
 
 fn simulate(load: f64, bias: f64) -> Simulated {
+    simulate_capped(load, bias, None)
+}
+
+/// [`simulate`] with admission's cap on the expected wait.
+fn simulate_capped(load: f64, bias: f64, max_wait: Option<Duration>) -> Simulated {
     const SLOTS: usize = 8;
     let work = ms(100);
     let (budget, min_useful) = (ms(1_000), ms(100));
@@ -313,6 +328,7 @@ fn simulate(load: f64, bias: f64) -> Simulated {
             estimate.observe(work.mul_f64(bias));
             if start + work <= deadline.instant() {
                 out.in_time += 1;
+                out.waits.push(start - arrived);
             } else {
                 out.missed_after_starting += 1;
             }
@@ -327,7 +343,15 @@ fn simulate(load: f64, bias: f64) -> Simulated {
             ahead: queue.len(),
             slots: slots(SLOTS as u32),
         };
-        match admit(state, &estimate, Some(deadline), min_useful, now) {
+        let decision = admit_capped(
+            state,
+            &estimate,
+            Some(deadline),
+            Some(min_useful),
+            max_wait,
+            now,
+        );
+        match decision {
             Admission::Admit => queue.push_back((now, deadline)),
             Admission::Shed(_) => {
                 out.shed_on_arrival += 1;
@@ -403,8 +427,91 @@ fn below_capacity_nothing_is_shed_whatever_the_estimate() {
     }
 }
 
+/// The reference overload (8 slots, 100 ms, 1 s budgets) with a cap of 200 ms on the expected
+/// wait: at 2x and 4x the requests answered in time waited at most the cap (the queue settles
+/// at the cap, so about the cap; without it, most of the 1 s budget), with the same goodput;
+/// nothing admitted is refused later. At exactly 1x (evenly spaced arrivals) the cap costs
+/// nothing.
+#[test]
+fn a_cap_on_the_wait_keeps_the_queue_short_at_the_same_goodput() {
+    for load in [2.0, 4.0] {
+        let uncapped = simulate(load, 1.0);
+        let capped = simulate_capped(load, 1.0, Some(ms(200)));
+        assert!(uncapped.wait_p50() >= ms(700), "{load}x: {uncapped:?}");
+        assert!(
+            capped.wait_p50() <= ms(200),
+            "{load}x: {:?}",
+            capped.wait_p50()
+        );
+        let longest = capped.waits.iter().max().copied().unwrap_or_default();
+        assert!(longest <= ms(200), "{load}x: waited {longest:?}");
+        assert!(capped.goodput_share() >= 0.95, "{load}x: {capped:?}");
+        assert_eq!(
+            (capped.shed_at_grant, capped.missed_after_starting),
+            (0, 0),
+            "{load}x"
+        );
+    }
+    let at_capacity = simulate_capped(1.0, 1.0, Some(ms(200)));
+    assert_eq!(at_capacity.shed_on_arrival, 0, "{at_capacity:?}");
+}
+
+#[test]
+fn the_cap_sheds_on_the_expected_wait_alone() {
+    let t0 = origin();
+    let estimate = estimate_of(ms(100));
+    let long = Some(Deadline::after_duration(t0, ms(10_000)));
+    // 8 slots, 100 ms: 15 ahead is two rounds (200 ms), 16 ahead is three.
+    assert_eq!(
+        admit_capped(busy(15, 8), &estimate, long, None, Some(ms(200)), t0),
+        Admission::Admit
+    );
+    let Admission::Shed(shed) = admit_capped(busy(16, 8), &estimate, long, None, Some(ms(200)), t0)
+    else {
+        panic!("three rounds is above the cap");
+    };
+    assert_eq!(shed.max_wait(), Some(ms(200)));
+    assert_eq!(shed.expected_wait(), ms(300));
+    assert_eq!(
+        shed.to_string(),
+        "shed: expected wait for a worker 300 ms, above the cap of 200 ms"
+    );
+    // Not without a deadline, a sample, or with a free slot; and the budget rule still holds.
+    assert_eq!(
+        admit_capped(busy(16, 8), &estimate, None, None, Some(ms(200)), t0),
+        Admission::Admit
+    );
+    assert_eq!(
+        admit_capped(
+            busy(16, 8),
+            &WorkTimeEstimate::new(),
+            long,
+            None,
+            Some(ms(200)),
+            t0
+        ),
+        Admission::Admit
+    );
+    let short = Some(Deadline::after_duration(t0, ms(150)));
+    let Admission::Shed(shed) = admit_capped(
+        busy(0, 8),
+        &estimate,
+        short,
+        Some(ms(100)),
+        Some(ms(200)),
+        t0,
+    ) else {
+        panic!("100 ms of wait and 100 ms of work do not fit 150 ms");
+    };
+    assert_eq!(shed.max_wait(), None);
+    assert_eq!(
+        admit_capped(busy(16, 8), &estimate, long, Some(ms(100)), None, t0),
+        admit(busy(16, 8), &estimate, long, ms(100), t0)
+    );
+}
+
 /// The simulation's figures for the documentation, one row per load and estimate bias:
-/// `cargo test -p deadline --lib simulated_overload_figures -- --nocapture` prints them. Each
+/// `cargo test -p deadline-core --lib simulated_overload_figures -- --nocapture` prints them. Each
 /// row's requests are all accounted for.
 #[test]
 fn simulated_overload_figures() {

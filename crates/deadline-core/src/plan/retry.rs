@@ -42,6 +42,19 @@
 //! 1,840 ms leaves about 57 ms: 3 %, not retried (before this rule that retry was sent and could
 //! only fail).
 //!
+//! # A shed
+//!
+//! A callee whose queue is full refuses at once with a pushback of zero (503 and
+//! `Retry-After: 0`: "not now, and you need not wait"). Retrying it at once is retrying the same
+//! full queue: under sustained overload each retry is refused again (or, if it gets in, takes
+//! the place of a first attempt that is refused instead), so every hop retrying multiplies the
+//! refusals without adding an answer. It helps only when the overload was a burst that has
+//! passed. The rule: **a shed is retried only with the permission of a retry budget's
+//! bucket** (see [`retry_budget`](super::retry_budget)), which tells the two cases apart by the
+//! outcomes: retries of a passing burst work and give their tokens back, retries into a full
+//! queue fail and empty it. A client with no budget, or with the ratio cap alone, does not
+//! retry a shed at all ([`Stop::Throttled`]). [`LastAnswer::is_shed`] recognises one.
+//!
 //! # What stopped a call
 //!
 //! [`StopReason`] names why a call sent no further attempt, one value per kind of
@@ -221,6 +234,14 @@ impl RetryRules {
 }
 
 impl LastAnswer {
+    /// Whether the answer was a refusal that asks for no wait (a pushback of zero: the enforce
+    /// layer's admission answers 503 with `Retry-After: 0`). Such a *shed* is retried only with
+    /// the permission of a retry budget's bucket (see the [module docs](self#a-shed)): a client
+    /// whose retries are not throttled by failures does not retry it.
+    pub fn is_shed(&self) -> bool {
+        self.pushback == Pushback::After(Duration::ZERO)
+    }
+
     /// What a failed answer with `status` and `headers` tells the planner, the attempt having
     /// told its callee `budget`: its pushback, and the budget it ran out of if it was a 504.
     pub fn of(status: StatusCode, headers: &HeaderMap, budget: Option<Budget>) -> LastAnswer {

@@ -64,6 +64,7 @@ impl EnforceDeadlineLayer {
                 slots: None,
                 queue: QueueOrder::Fifo,
                 min_useful: None,
+                max_queue_wait: None,
                 max_queue: None,
                 #[cfg(feature = "baseline")]
                 enforce: true,
@@ -97,10 +98,12 @@ impl EnforceDeadlineLayer {
     ///
     /// The slots belong to this layer value: every clone of it, and every service it makes,
     /// shares them. Calling `slots`, [`queue`](Self::queue), [`admission`](Self::admission) or
-    /// [`max_queue`](Self::max_queue) again makes a fresh set.
+    /// [`max_queue_wait`](Self::max_queue_wait) or [`max_queue`](Self::max_queue) again makes a
+    /// fresh set.
     pub fn slots(mut self, slots: usize) -> Self {
         self.settings.slots = Some(Arc::new(
             Slots::new(slots, self.settings.queue, self.settings.min_useful)
+                .max_wait(self.settings.max_queue_wait)
                 .max_queue(self.settings.max_queue),
         ));
         self
@@ -137,6 +140,22 @@ impl EnforceDeadlineLayer {
     /// duration is a good value.
     pub fn admission(mut self, min_useful: Duration) -> Self {
         self.settings.min_useful = Some(min_useful);
+        self.remake_slots()
+    }
+
+    /// A cap on the wait for a slot: a request that arrives when every slot is busy and whose
+    /// expected wait (as [`admission`](Self::admission) predicts it: `ceil((waiters ahead + 1)
+    /// / slots)` times a moving average of recent work times) exceeds `max_wait` is refused at
+    /// once with 503 and `Retry-After: 0` (outcome `shed`). Checked on arrival only: a request
+    /// admitted is never refused later for having waited. Like admission, nothing is shed
+    /// while a slot is free, before any work time has been observed, or without a deadline.
+    /// Works with or without [`admission`](Self::admission). Default off; only matters with
+    /// [`slots`](Self::slots).
+    ///
+    /// Under overload the queue then stays about `max_wait` deep, so the requests served wait
+    /// about `max_wait` rather than most of their budget.
+    pub fn max_queue_wait(mut self, max_wait: Duration) -> Self {
+        self.settings.max_queue_wait = Some(max_wait);
         self.remake_slots()
     }
 

@@ -213,6 +213,8 @@ pub(crate) struct HopSettings {
     queue: QueueOrder,
     /// Predictive admission's least useful budget, when it is on.
     min_useful: Option<Duration>,
+    /// Admission's cap on the expected wait for a slot, when it is on.
+    max_queue_wait: Option<Duration>,
     /// The longest the slots' wait list may grow, if bounded.
     max_queue: Option<usize>,
     /// `false` in baseline mode.

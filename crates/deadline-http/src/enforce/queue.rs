@@ -31,7 +31,9 @@
 //! EDF order, those with an earlier deadline: counting them walks that part of the list) and a
 //! moving average of the work times of the slots given back. When it is granted a slot after
 //! queuing, [`Slot::begin`] re-checks it with the real time left
-//! ([`admit_at_grant`](deadline::admission::admit_at_grant)).
+//! ([`admit_at_grant`](deadline::admission::admit_at_grant)). A cap on the expected wait
+//! ([`admit_capped`](deadline::admission::admit_capped)) is weighed at arrival the same way, and
+//! only there.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -116,6 +118,8 @@ pub(crate) struct Slots {
     order: QueueOrder,
     /// The least budget worth starting with, when admission is on.
     min_useful: Option<Duration>,
+    /// The cap on the expected wait, when it is on.
+    max_wait: Option<Duration>,
     /// The longest the wait list may grow, if bounded.
     max_queue: Option<usize>,
 }
@@ -153,6 +157,7 @@ impl fmt::Debug for Slots {
             .field("waiting", &list.waiting.len())
             .field("order", &self.order)
             .field("min_useful", &self.min_useful)
+            .field("max_wait", &self.max_wait)
             .finish()
     }
 }
@@ -186,8 +191,21 @@ impl Slots {
             count,
             order,
             min_useful,
+            max_wait: None,
             max_queue: None,
         }
+    }
+
+    /// The same slots with admission's cap on the expected wait (`None`: no cap).
+    pub(crate) fn max_wait(mut self, max_wait: Option<Duration>) -> Slots {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Whether arrivals are weighed (admission, or the cap on the wait), so work times are
+    /// observed.
+    fn weighs(&self) -> bool {
+        self.min_useful.is_some() || self.max_wait.is_some()
     }
 
     /// Bounds the wait list: with `max` waiting, an arrival that finds no free slot is refused.
@@ -220,7 +238,7 @@ impl Slots {
             };
         }
         let key = self.key(&mut list, deadline);
-        if let (Some(min_useful), Some(_)) = (self.min_useful, deadline) {
+        if let (true, Some(_)) = (self.weighs(), deadline) {
             let ahead = match self.order {
                 QueueOrder::Fifo => list.waiting.len(),
                 QueueOrder::Edf => list.waiting.range(..key).count(),
@@ -230,8 +248,14 @@ impl Slots {
                 ahead,
                 slots: self.count,
             };
-            let decision =
-                admission::admit(queue, &list.estimate, deadline, min_useful, time::now());
+            let decision = admission::admit_capped(
+                queue,
+                &list.estimate,
+                deadline,
+                self.min_useful,
+                self.max_wait,
+                time::now(),
+            );
             if let Admission::Shed(shed) = decision {
                 return Arrival::Shed(shed);
             }
@@ -370,9 +394,9 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let work = match (self.work_start, self.slots.min_useful) {
+        let work = match (self.work_start, self.slots.weighs()) {
             // The estimate is read only by admission: no clock read without it.
-            (Some(start), Some(_)) => Some(Instant::now().saturating_duration_since(start)),
+            (Some(start), true) => Some(Instant::now().saturating_duration_since(start)),
             _ => None,
         };
         let waker = {

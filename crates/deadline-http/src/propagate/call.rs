@@ -141,7 +141,11 @@ where
                 attempt.budget,
                 &mut answer,
             ) {
-                Ok(response) => return Ok(response),
+                Ok(response) => {
+                    let key = target_name(target.as_deref(), &requests);
+                    retries.succeeded(key, &policy, plan.sent(), 0, end);
+                    return Ok(response);
+                }
                 Err(failure) => last = Some(failure),
             }
         }

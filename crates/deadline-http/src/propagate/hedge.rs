@@ -50,6 +50,8 @@ type Outcome<RB> = Result<Result<Response<RB>, BoxError>, Elapsed>;
 #[derive(Clone, Copy)]
 struct Flight {
     sent_at: Instant,
+    /// Its number, from 1 (above 1: it drew from the retry budget).
+    number: u32,
     budget: Option<Budget>,
     /// The caller's deadline cut its wait short of the policy's timeout.
     capped: bool,
@@ -60,6 +62,7 @@ impl Flight {
     fn new(sent_at: Instant, attempt: &Attempt, policy: &CallPolicy) -> Flight {
         Flight {
             sent_at,
+            number: attempt.number,
             budget: attempt.budget,
             capped: attempt.wait < policy.timeout(),
         }
@@ -269,6 +272,9 @@ where
                             if !failed {
                                 // The winner: the others lose, and are dropped (hung up) here.
                                 drop(flights);
+                                let lost = hedged.out.iter().filter(|f| f.number > 1).count();
+                                let key = target_name(target.as_deref(), &requests);
+                                retries.succeeded(key, &policy, flight.number, lost, end);
                                 hedged.close_all(end, outcome::LOST);
                                 if let Some(record) = &mut hedged.record {
                                     record.attempt(flight.sent_at, end, Ok(&response));

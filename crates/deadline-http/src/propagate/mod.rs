@@ -108,9 +108,11 @@
 //! ([`Callee504`]): less rarely finishes what more could not.
 //!
 //! Retries also draw from a **retry budget** per target, shared by every clone of the client:
-//! within a sliding 10 s window retries may be at most 20 % of the requests plus 10 a second
-//! ([`RetryBudgetConfig`]). A per-call attempt limit does not bound what retries do to a callee
-//! that is down (every request becomes `attempts` calls, and hops multiply); the budget does.
+//! within a sliding 10 s window retries may be at most 20 % of the requests plus 10, and each
+//! retry takes a token from a bucket of 5 that a retry which works gives back and successful
+//! first attempts refill by half a token ([`RetryBudgetConfig`]). A per-call attempt limit does
+//! not bound what retries do to a callee that is down (every request becomes `attempts` calls,
+//! and hops multiply); the budget does: in a full outage, about one call per request.
 //! A retry it refuses ends the call with what the last attempt returned. See
 //! [`deadline::plan::retry`] for the rules, and [`PropagateDeadline::backoff`],
 //! [`retry_budget`](PropagateDeadline::retry_budget) and
@@ -221,7 +223,7 @@ use crate::error::{BoxError, CallError};
 pub use deadline::plan::backoff::Backoff;
 pub use deadline::plan::hedge::HedgeDelay;
 pub use deadline::plan::retry::Callee504;
-pub use deadline::plan::retry_budget::RetryBudgetConfig;
+pub use deadline::plan::retry_budget::{RetryBucket, RetryBudgetConfig};
 
 /// The `Idempotency-Key` request header: a request that carries one may be retried even when
 /// its method is not idempotent.
@@ -355,7 +357,8 @@ impl<S> PropagateDeadline<S> {
         self
     }
 
-    /// The retry budget per target (default 20 % of requests plus 10 a second over 10 s);
+    /// The retry budget per target (default [`RetryBudgetConfig::DEFAULT`]: 20 % of requests
+    /// plus 10 per 10 s window, and a bucket of 5 tokens that failed retries empty);
     /// `None` leaves retries unbudgeted. Starts new retry budgets, shared by the clones made
     /// from here on.
     #[must_use = "this returns the service with the budget set; the original is unchanged"]

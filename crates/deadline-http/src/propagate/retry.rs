@@ -40,7 +40,8 @@ pub struct RetrySettings {
 
 impl Default for RetrySettings {
     /// Backoff 25 ms doubling to 250 ms with full jitter, a callee's 504 retried with at least
-    /// half its budget, and a retry budget of 20 % of requests plus 10 a second over 10 s.
+    /// half its budget, and the default retry budget ([`RetryBudgetConfig::DEFAULT`]: 20 % of
+    /// requests plus 10 per 10 s window, and a bucket of 5 tokens that failed retries empty).
     fn default() -> RetrySettings {
         RetrySettings {
             rules: RetryRules::default(),
@@ -147,8 +148,14 @@ impl Retries {
         let draw = self.draws.next();
         let budget = self.settings.budget;
         let first = plan.sent() == 0;
+        // A shed is retried only with a bucket's permission (`deadline::plan::retry`, "A shed").
+        let shed = last.is_shed();
         let decision = plan.next_retry(&self.settings.rules, deadline, std_now, draw, last, {
-            |_: &Delayed| budget.is_none_or(|config| self.withdraw(target, config, std_now))
+            |_: &Delayed| match budget {
+                None => !shed,
+                Some(config) if shed && config.retry_bucket().is_none() => false,
+                Some(config) => self.withdraw(target, config, std_now),
+            }
         });
         if first && matches!(decision, PacedDecision::Send(_)) {
             if let Some(config) = budget {
@@ -208,6 +215,34 @@ impl Retries {
             }),
             deadline::Decision::Stop(stop) => PacedDecision::Stop(stop),
         }
+    }
+
+    /// The call to `target` under `policy` got a usable answer at `now` from its attempt
+    /// `number` (1: the first), and `lost` other retries or hedges were still out (they lose,
+    /// but did not fail): the retry budget's bucket gains its top-up for a first attempt, and
+    /// takes back the token of every retry or hedge that did not fail.
+    pub(super) fn succeeded(
+        &self,
+        target: &str,
+        policy: &CallPolicy,
+        number: u32,
+        lost: usize,
+        now: Instant,
+    ) {
+        let Some(config) = self.settings.budget.filter(|_| policy.propagate()) else {
+            return;
+        };
+        let now = crate::time::to_std(now);
+        self.with_budget(target, config, now, |b| {
+            if number <= 1 {
+                b.first_attempt_succeeded();
+            } else {
+                b.refund();
+            }
+            for _ in 0..lost {
+                b.refund();
+            }
+        });
     }
 
     fn withdraw(&self, target: &str, config: RetryBudgetConfig, now: std::time::Instant) -> bool {

@@ -19,3 +19,4 @@ mod retries;
 mod serve_limits;
 mod server_timing;
 mod streams;
+mod throttle;

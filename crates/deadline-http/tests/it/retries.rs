@@ -115,7 +115,7 @@ async fn a_retry_that_fits_only_without_its_delay_is_skipped_at_once() {
 async fn clones_share_one_retry_budget_and_refusals_are_throttled() {
     let (_, t0) = context(None);
     let (inv, log) = callee(t0, 10, 503, &[]);
-    let half = RetryBudgetConfig::new(Duration::from_secs(10), 500, 0);
+    let half = RetryBudgetConfig::ratio_cap(Duration::from_secs(10), 500, 0);
     let client = PropagateDeadline::new(inv, policy(1_000, 2))
         .target("inv")
         .backoff(Backoff::NONE)
@@ -158,8 +158,9 @@ async fn the_retry_budget_can_be_off_or_empty() {
     }
     assert_eq!(log.lock().unwrap().len(), 60);
     let (inv, log) = callee(t0, 10, 503, &[]);
-    let empty = PropagateDeadline::new(inv, policy(1_000, 3))
-        .retry_budget(Some(RetryBudgetConfig::new(Duration::from_secs(10), 0, 0)));
+    let empty = PropagateDeadline::new(inv, policy(1_000, 3)).retry_budget(Some(
+        RetryBudgetConfig::ratio_cap(Duration::from_secs(10), 0, 0),
+    ));
     for _ in 0..20 {
         let _ = empty.clone().oneshot(get()).await;
     }
@@ -361,7 +362,11 @@ async fn hedges_only_when_idempotent_in_time_and_in_budget() {
     let client = PropagateDeadline::new(inv, policy(1_000, 3))
         .target("inv")
         .hedge(hedge)
-        .retry_budget(Some(RetryBudgetConfig::new(Duration::from_secs(10), 0, 0)));
+        .retry_budget(Some(RetryBudgetConfig::ratio_cap(
+            Duration::from_secs(10),
+            0,
+            0,
+        )));
     let _ = ctx.clone().scope(client.oneshot(get())).await.unwrap();
     assert_eq!(log.lock().unwrap().len(), 1, "the budget refused the hedge");
     assert_eq!(
