@@ -98,6 +98,41 @@ impl<const N: usize> StackBuf<N> {
         }
     }
 
+    /// Appends one byte, or marks the buffer overflowed when it does not fit. (A slice of one
+    /// byte through [`put`](Self::put) costs a call to `memcpy`; this is a store.)
+    pub fn push(&mut self, byte: u8) {
+        match self.buf.get_mut(self.len) {
+            Some(room) => {
+                *room = byte;
+                self.len += 1;
+            }
+            None => self.overflowed = true,
+        }
+    }
+
+    /// Appends the decimal digits of `n`, written in place (no [`Decimal`] in between, no
+    /// copy), or marks the buffer overflowed when they do not fit.
+    pub fn put_decimal(&mut self, n: u64) {
+        let mut len = 1;
+        let mut rest = n / 10;
+        while rest != 0 {
+            len += 1;
+            rest /= 10;
+        }
+        let end = self.len.saturating_add(len);
+        let Some(room) = self.buf.get_mut(self.len..end) else {
+            self.overflowed = true;
+            return;
+        };
+        let mut n = n;
+        for digit in room.iter_mut().rev() {
+            // `n % 10` is below 10, so the cast keeps it whole.
+            *digit = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        self.len = end;
+    }
+
     /// Whether nothing was written.
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -128,7 +163,7 @@ impl<const N: usize> fmt::Debug for StackBuf<N> {
 
 #[cfg(test)]
 mod tests {
-    use super::Decimal;
+    use super::{Decimal, StackBuf};
 
     #[test]
     fn matches_the_standard_formatter() {
@@ -147,5 +182,19 @@ mod tests {
         ] {
             assert_eq!(Decimal::new(n).as_str(), n.to_string());
         }
+    }
+
+    #[test]
+    fn digits_written_in_place_match_the_standard_formatter() {
+        for n in [0, 7, 10, 99, 100, 1950, 9_999_999_999, u64::MAX] {
+            let mut out = StackBuf::<24>::new();
+            out.push(b'=');
+            out.put_decimal(n);
+            assert_eq!(out.as_bytes(), Some(format!("={n}").as_bytes()));
+        }
+        // Too long for the room left: marked overflowed, never cut short.
+        let mut out = StackBuf::<4>::new();
+        out.put_decimal(12_345);
+        assert_eq!(out.as_bytes(), None);
     }
 }

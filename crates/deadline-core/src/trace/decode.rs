@@ -55,9 +55,11 @@ impl Trace {
 }
 
 /// Splits `bytes` after its longest prefix of bytes that satisfy `pred`.
-fn split_run(bytes: &[u8], pred: impl Fn(u8) -> bool) -> (&[u8], &[u8]) {
-    let n = bytes.iter().position(|&b| !pred(b)).unwrap_or(bytes.len());
-    bytes.split_at(n)
+fn split_run(text: &str, pred: impl Fn(u8) -> bool) -> Option<(&str, &str)> {
+    let n = text.bytes().position(|b| !pred(b)).unwrap_or(text.len());
+    // Every predicate here accepts ASCII bytes only, so `n` is a character boundary and both
+    // halves exist; `split_at_checked` says so without a panic path.
+    text.split_at_checked(n)
 }
 
 /// `1*10DIGIT`, so the value always fits (it is at most [`MAX_MS`]).
@@ -76,7 +78,7 @@ fn token_len_ok(token: &[u8], max_len: usize) -> bool {
 }
 
 /// The comma-separated elements of a value.
-type Elements<'a> = std::slice::Split<'a, u8, fn(&u8) -> bool>;
+type Elements<'a> = std::str::Split<'a, char>;
 
 /// One valid `span` element, borrowed from the text it was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +115,9 @@ pub(crate) struct Scan<'a> {
     previous_depth: Option<usize>,
     plus: u64,
     done: bool,
+    /// The text was cut before an element that is not UTF-8: its last element is then not the
+    /// value's last, so a `+N` there is not read.
+    cut: bool,
 }
 
 impl<'a> Scan<'a> {
@@ -125,19 +130,38 @@ impl<'a> Scan<'a> {
             let cut = head.iter().rposition(|&b| b == b',').unwrap_or(0);
             input = head.get(..cut).unwrap_or_default();
         }
-        let input = trim(input);
-        let comma: fn(&u8) -> bool = |&b| b == b',';
+        let (text, cut) = whole_elements(trim(input));
         Scan {
-            elements: input.split(comma).peekable(),
+            elements: text.split(',').peekable(),
             previous_depth: None,
             plus: 0,
-            done: input.is_empty(),
+            done: text.is_empty(),
+            cut,
         }
     }
 
     /// The `+N` the value ended with (0 without one), once the scan is over.
     pub(crate) fn plus(&self) -> u64 {
         self.plus
+    }
+}
+
+/// `input` as text, checked once: all of it when it is UTF-8, else the elements before the one
+/// holding the first byte that is not (which is malformed, as no byte outside ASCII is valid in
+/// an element, so the scan would stop there anyway), and whether it was cut. Checking the whole
+/// value once lets every name and outcome be a slice of it, not a string checked again.
+fn whole_elements(input: &[u8]) -> (&str, bool) {
+    match std::str::from_utf8(input) {
+        Ok(text) => (text, false),
+        Err(error) => {
+            let valid = input.get(..error.valid_up_to()).unwrap_or_default();
+            let end = valid.iter().rposition(|&b| b == b',').unwrap_or(0);
+            let text = valid
+                .get(..end)
+                .and_then(|head| std::str::from_utf8(head).ok())
+                .unwrap_or_default();
+            (text, true)
+        }
     }
 }
 
@@ -157,10 +181,10 @@ impl<'a> Iterator for Scan<'a> {
 impl<'a> Scan<'a> {
     fn next_element(&mut self) -> Option<Element<'a>> {
         let element = self.elements.next()?;
-        if let Some(digits) = element.strip_prefix(b"+") {
+        if let Some(digits) = element.strip_prefix('+') {
             // `+N` must be the last element.
-            if self.elements.peek().is_none() {
-                self.plus = parse_number(digits).unwrap_or(0);
+            if self.elements.peek().is_none() && !self.cut {
+                self.plus = parse_number(digits.as_bytes()).unwrap_or(0);
             }
             return None;
         }
@@ -179,46 +203,43 @@ impl<'a> Scan<'a> {
 
 /// One `span` element. Each part is taken as the longest run of the bytes it may hold, so an
 /// element is read in one pass.
-fn parse_span(element: &[u8]) -> Option<Element<'_>> {
-    let (dots, rest) = split_run(element, |b| b == b'.');
+fn parse_span(element: &str) -> Option<Element<'_>> {
+    let (dots, rest) = split_run(element, |b| b == b'.')?;
     let depth = dots.len();
     if depth >= MAX_DEPTH {
         return None;
     }
-    let (name, rest) = split_run(rest, is_tchar);
-    let rest = rest.strip_prefix(b"@")?;
-    let (start, rest) = split_run(rest, |b| b.is_ascii_digit());
-    let rest = rest.strip_prefix(b"-")?;
-    let (end, rest) = split_run(rest, |b| b.is_ascii_digit());
+    let (name, rest) = split_run(rest, is_tchar)?;
+    let rest = rest.strip_prefix('@')?;
+    let (start, rest) = split_run(rest, |b| b.is_ascii_digit())?;
+    let rest = rest.strip_prefix('-')?;
+    let (end, rest) = split_run(rest, |b| b.is_ascii_digit())?;
     let outcome = match rest {
-        [] => None,
-        [b'=', outcome @ ..] => Some(outcome),
-        _ => return None,
+        "" => None,
+        _ => Some(rest.strip_prefix('=')?),
     };
-    let (start_ms, end_ms) = (parse_number(start)?, parse_number(end)?);
-    if end_ms < start_ms || !token_len_ok(name, MAX_NAME_LEN) {
+    let (start_ms, end_ms) = (
+        parse_number(start.as_bytes())?,
+        parse_number(end.as_bytes())?,
+    );
+    if end_ms < start_ms || !token_len_ok(name.as_bytes(), MAX_NAME_LEN) {
         return None;
     }
     if let Some(outcome) = outcome {
-        if !token_len_ok(outcome, MAX_OUTCOME_LEN) || !outcome.iter().all(|&b| is_tchar(b)) {
+        let bytes = outcome.as_bytes();
+        if !token_len_ok(bytes, MAX_OUTCOME_LEN) || !bytes.iter().all(|&b| is_tchar(b)) {
             return None;
         }
     }
     Some(Element {
         depth,
-        // Runs of tchar are ASCII, so these never fail.
-        name: std::str::from_utf8(name).ok()?,
+        name,
         start_ms,
         end_ms,
-        outcome: match outcome {
-            Some(outcome) => Some(std::str::from_utf8(outcome).ok()?),
-            None => None,
-        },
+        outcome,
     })
 }
 
-/// Attaches `span` as the last child of the last span one level up (a root at depth 0). Returns
-/// false if there is no such parent, which the depth checks in `decode` already rule out.
 fn attach(roots: &mut Vec<Span>, depth: usize, span: Span) -> bool {
     if depth == 0 {
         roots.push(span);

@@ -223,14 +223,16 @@ pub(crate) fn walk_call(call: &CallSpan, depth: usize, visit: &mut dyn Visit) {
         },
     );
     for attempt in call.attempts.iter() {
-        // As `Span::new` makes it, whose start the callee is shifted by.
+        // As `Span::new` makes it, whose start the callee is shifted by and whose end the
+        // callee's times are held at (`Trace::nest_within`).
         let start_ms = attempt.start_ms;
+        let end_ms = attempt.end_ms.max(start_ms);
         visit.element(
             depth + 1,
             Fields {
                 name: ATTEMPT,
                 start_ms,
-                end_ms: attempt.end_ms.max(start_ms),
+                end_ms,
                 outcome: Some(attempt.outcome.as_str()),
             },
         );
@@ -242,8 +244,8 @@ pub(crate) fn walk_call(call: &CallSpan, depth: usize, visit: &mut dyn Visit) {
                 depth + 2 + element.depth,
                 Fields {
                     name: element.name,
-                    start_ms: element.start_ms.saturating_add(start_ms),
-                    end_ms: element.end_ms.saturating_add(start_ms),
+                    start_ms: element.start_ms.saturating_add(start_ms).min(end_ms),
+                    end_ms: element.end_ms.saturating_add(start_ms).min(end_ms),
                     outcome: element.outcome,
                 },
             );
@@ -264,6 +266,14 @@ pub(crate) fn walk_recorded(recorded: &Recorded, depth: usize, visit: &mut dyn V
 pub(crate) trait Sink {
     /// Appends `bytes`.
     fn put(&mut self, bytes: &[u8]);
+    /// Appends one byte.
+    fn push(&mut self, byte: u8) {
+        self.put(&[byte]);
+    }
+    /// Appends the decimal digits of `n`.
+    fn put_decimal(&mut self, n: u64) {
+        self.put(crate::decimal::Decimal::new(n).as_bytes());
+    }
     /// Whether nothing has been written yet (the first element has no comma before it).
     fn is_empty(&self) -> bool;
 }
@@ -281,6 +291,14 @@ impl Sink for Vec<u8> {
 impl<const N: usize> Sink for StackBuf<N> {
     fn put(&mut self, bytes: &[u8]) {
         StackBuf::put(self, bytes);
+    }
+
+    fn push(&mut self, byte: u8) {
+        StackBuf::push(self, byte);
+    }
+
+    fn put_decimal(&mut self, n: u64) {
+        StackBuf::put_decimal(self, n);
     }
 
     fn is_empty(&self) -> bool {
@@ -309,25 +327,26 @@ pub(crate) fn write_element(
     end_ms: u64,
     outcome: Option<&str>,
 ) {
-    const DOTS: &[u8; MAX_DEPTH] = &[b'.'; MAX_DEPTH];
     if !out.is_empty() {
-        out.put(b",");
+        out.push(b',');
     }
-    out.put(&DOTS[..depth.min(MAX_DEPTH - 1)]);
+    for _ in 0..depth.min(MAX_DEPTH - 1) {
+        out.push(b'.');
+    }
     out.put(token(name, MAX_NAME_LEN).as_bytes());
-    out.put(b"@");
+    out.push(b'@');
     write_number(out, start_ms.min(MAX_MS));
-    out.put(b"-");
+    out.push(b'-');
     write_number(out, end_ms.max(start_ms).min(MAX_MS));
     if let Some(outcome) = outcome {
-        out.put(b"=");
+        out.push(b'=');
         out.put(token(outcome, MAX_OUTCOME_LEN).as_bytes());
     }
 }
 
 /// Decimal digits of `n`, without going through `fmt` (encoding is on every response).
 fn write_number(out: &mut impl Sink, n: u64) {
-    out.put(crate::decimal::Decimal::new(n).as_bytes());
+    out.put_decimal(n);
 }
 
 /// The `+N` element.

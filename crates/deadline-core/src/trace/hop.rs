@@ -11,8 +11,15 @@ use http::HeaderValue;
 use super::encode::{Caps, Fields, Visit, walk_recorded, write_element};
 use super::name::{QUEUE, WORK};
 use super::outcome::{DEADLINE, SHED};
-use super::{MAX_ENCODED_LEN, Recorded, Span, Trace};
+use super::{MAX_DEPTH, MAX_ENCODED_LEN, MAX_NAME_LEN, MAX_OUTCOME_LEN, Recorded, Span, Trace};
 use crate::decimal::StackBuf;
+
+/// Traces of at most this many spans are written into the smaller buffer.
+const SMALL_SPANS: usize = 12;
+
+/// The longest trace of [`SMALL_SPANS`] spans: each at most 63 bytes, 15 dots and a comma, then
+/// `,+` and a ten-digit dropped count.
+const SMALL_LEN: usize = SMALL_SPANS * (MAX_NAME_LEN + MAX_OUTCOME_LEN + 23 + MAX_DEPTH) + 12;
 
 /// A hop's own spans for one request: a root named after the hop from its arrival (0) to the
 /// answer (`end_ms`), ending with the answer's status, and under it what [`HopWork`] says.
@@ -96,13 +103,20 @@ impl HopTrace<'_> {
             }
         };
         // Written on the stack (the bound is exact, so it always fits) and copied once into
-        // the header value: one allocation for the whole trace.
-        let mut out = StackBuf::<MAX_ENCODED_LEN>::new();
-        Caps::count(&walk, dropped).write(&mut out, &walk);
-        match out.as_bytes().and_then(|b| HeaderValue::from_bytes(b).ok()) {
-            Some(value) => value,
-            None => self.to_trace(recorded.to_vec(), dropped).to_header_value(),
-        }
+        // the header value: one allocation for the whole trace. A hop that made a call or two
+        // keeps a dozen spans or fewer, which fit a buffer a fifth the size of the largest
+        // trace: a fresh buffer is zeroed, and most of the largest would be zeroed for nothing.
+        let caps = Caps::count(&walk, dropped);
+        let value = if caps.kept <= SMALL_SPANS {
+            let mut out = StackBuf::<SMALL_LEN>::new();
+            caps.write(&mut out, &walk);
+            out.as_bytes().and_then(|b| HeaderValue::from_bytes(b).ok())
+        } else {
+            let mut out = StackBuf::<MAX_ENCODED_LEN>::new();
+            caps.write(&mut out, &walk);
+            out.as_bytes().and_then(|b| HeaderValue::from_bytes(b).ok())
+        };
+        value.unwrap_or_else(|| self.to_trace(recorded.to_vec(), dropped).to_header_value())
     }
 
     /// The hop's trace as values: the root with its own spans and then what it `recorded`

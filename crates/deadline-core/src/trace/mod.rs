@@ -5,7 +5,10 @@
 //! caller that gets a callee's trace back shifts it by the time it sent that attempt
 //! ([`Trace::shift`]) and nests it under the attempt's span, so the edge ends up with the whole
 //! tree without any clock synchronisation between hosts. A 504 carries the trace too, which is how
-//! the edge learns which hop ran out of time and what it was doing.
+//! the edge learns which hop ran out of time and what it was doing. A callee writes its own
+//! trace, so the propagate layer also holds every time of it inside the attempt
+//! ([`Trace::nest_within`]): a callee's spans cannot claim time before the attempt was sent or
+//! after its answer came, only tell how it spent the attempt.
 //!
 //! This module holds the value types and the codec only: it does no I/O and reads no clock.
 //!

@@ -74,7 +74,11 @@ impl Span {
     /// Heap-free for the trees [`Trace::decode`] makes (at most [`MAX_DEPTH`] levels): it
     /// recurses that far, and only a deeper tree built by hand goes on with an explicit stack.
     pub fn shift(&mut self, offset_ms: u64) {
-        shift_all(std::slice::from_mut(self), offset_ms, 0);
+        map_times(
+            std::slice::from_mut(self),
+            &|t| t.saturating_add(offset_ms),
+            0,
+        );
     }
 
     /// The number of spans in this subtree: this span and all its descendants.
@@ -124,23 +128,37 @@ impl Trace {
 
     /// Adds `offset_ms` to every span, as [`Span::shift`] does.
     pub fn shift(&mut self, offset_ms: u64) {
-        shift_all(&mut self.spans, offset_ms, 0);
+        map_times(&mut self.spans, &|t| t.saturating_add(offset_ms), 0);
+    }
+
+    /// A callee's trace placed under the attempt that carried it, which ran from `start_ms` to
+    /// `end_ms` on the caller's clock: every time is shifted by `start_ms` and then held at
+    /// `end_ms` at most. A callee chooses what its trace says, so this is what keeps its spans
+    /// inside the window the caller saw: none can claim to start before the attempt was sent or
+    /// to end after its answer came.
+    pub fn nest_within(&mut self, start_ms: u64, end_ms: u64) {
+        let end_ms = end_ms.max(start_ms);
+        map_times(
+            &mut self.spans,
+            &|t| t.saturating_add(start_ms).min(end_ms),
+            0,
+        );
     }
 }
 
-/// Adds `offset_ms` to every span of `spans` (at nesting level `level`) and their descendants,
-/// by recursion as deep as [`MAX_DEPTH`], then with a stack on the heap for deeper subtrees.
-fn shift_all(spans: &mut [Span], offset_ms: u64, level: usize) {
+/// Replaces every time of `spans` (at nesting level `level`) and their descendants with `f` of
+/// it, by recursion as deep as [`MAX_DEPTH`], then with a stack on the heap for deeper subtrees.
+fn map_times(spans: &mut [Span], f: &dyn Fn(u64) -> u64, level: usize) {
     for span in spans {
-        span.start_ms = span.start_ms.saturating_add(offset_ms);
-        span.end_ms = span.end_ms.saturating_add(offset_ms);
+        span.start_ms = f(span.start_ms);
+        span.end_ms = f(span.end_ms);
         if level < MAX_DEPTH {
-            shift_all(&mut span.children, offset_ms, level + 1);
+            map_times(&mut span.children, f, level + 1);
         } else {
             let mut stack: Vec<&mut Span> = span.children.iter_mut().collect();
             while let Some(span) = stack.pop() {
-                span.start_ms = span.start_ms.saturating_add(offset_ms);
-                span.end_ms = span.end_ms.saturating_add(offset_ms);
+                span.start_ms = f(span.start_ms);
+                span.end_ms = f(span.end_ms);
                 stack.extend(span.children.iter_mut());
             }
         }

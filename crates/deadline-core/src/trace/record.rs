@@ -102,7 +102,7 @@ impl Outcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttemptSpan {
     /// When it was sent, in ms since the hop received its request; the callee's spans are
-    /// shifted by this much.
+    /// shifted by this much (and held inside the attempt: see [`Trace::nest_within`]).
     pub start_ms: u64,
     /// When it ended, in ms since the hop received its request.
     pub end_ms: u64,
@@ -154,6 +154,14 @@ impl Attempts {
         self.first.iter().chain(&self.more)
     }
 
+    /// The last attempt, to correct its outcome (a response body that failed after the head).
+    pub fn last_mut(&mut self) -> Option<&mut AttemptSpan> {
+        match self.more.last_mut() {
+            Some(last) => Some(last),
+            None => self.first.as_mut(),
+        }
+    }
+
     /// How many there are.
     pub fn len(&self) -> usize {
         usize::from(self.first.is_some()) + self.more.len()
@@ -187,7 +195,7 @@ impl CallSpan {
                 .with_outcome(attempt.outcome.as_str());
             if let Some(callee) = &attempt.callee {
                 let mut trace = callee.decode();
-                trace.shift(span.start_ms);
+                trace.nest_within(span.start_ms, span.end_ms);
                 span.children = trace.spans;
                 dropped = dropped.saturating_add(trace.dropped);
             }

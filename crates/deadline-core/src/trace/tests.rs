@@ -459,3 +459,61 @@ fn shift_reaches_the_bottom_of_a_deep_tree() {
     }
     assert_eq!(levels, 3 * MAX_DEPTH);
 }
+
+/// A callee writes its own trace, so it could claim spans outside the attempt that carried it
+/// (before the caller sent it, or long after the answer came): on the caller's side every one
+/// of its times is held inside the attempt, in the encoder's splicing path and in the decoded
+/// one alike.
+#[test]
+fn a_callees_spans_stay_inside_the_attempt_that_carried_them() {
+    use super::{AttemptSpan, CallSpan, EncodedTrace, HopTrace, HopWork, Outcome, Recorded};
+
+    let forged = http::HeaderValue::from_static("inventory@0-99999=200,.work@0-5=ok,.fake@70-80");
+    let call = CallSpan {
+        name: "call:inventory".into(),
+        start_ms: 10,
+        end_ms: 50,
+        outcome: Outcome::Status(http::StatusCode::OK),
+        attempts: vec![AttemptSpan {
+            start_ms: 10,
+            end_ms: 50,
+            outcome: Outcome::Status(http::StatusCode::OK),
+            callee: Some(EncodedTrace::new(forged)),
+        }]
+        .into_iter()
+        .collect(),
+    };
+    let hop = HopTrace {
+        name: "orders",
+        end_ms: 60,
+        status: "200",
+        work: HopWork::None,
+    };
+    let spliced = hop.to_header_value(&[Recorded::Call(call.clone())], 0);
+    let expected = "orders@0-60=200,.call:inventory@10-50=200,..attempt@10-50=200,\
+                    ...inventory@10-50=200,....work@10-15=ok,....fake@50-50";
+    assert_eq!(spliced.to_str().unwrap(), expected);
+    let (span, dropped) = call.to_span();
+    let mut root = super::Span::new("orders", 0, 60).with_outcome("200");
+    root.push(span);
+    let decoded = Trace {
+        spans: vec![root],
+        dropped,
+    };
+    assert_eq!(decoded.encode(), expected);
+}
+
+/// A byte that is not UTF-8 makes its element malformed, so decoding keeps the elements before
+/// it and nothing after, and a `+N` before it is not the value's last element.
+#[test]
+fn a_byte_that_is_not_utf8_ends_the_trace_at_its_element() {
+    let decoded = |bytes: &[u8]| {
+        let trace = Trace::decode(bytes);
+        (trace.encode(), trace.dropped)
+    };
+    assert_eq!(decoded(b"a@0-1,b\xff@0-1,c@0-1"), ("a@0-1".to_owned(), 0));
+    assert_eq!(decoded(b"a@0-1=ok\xff"), (String::new(), 0));
+    assert_eq!(decoded(b"a@0-1,.b@0-1=\xc3\xa9"), ("a@0-1".to_owned(), 0));
+    assert_eq!(decoded(b"a@0-1,+5,\xff"), ("a@0-1".to_owned(), 0));
+    assert_eq!(decoded(b"a@0-1,+5"), ("a@0-1,+5".to_owned(), 5));
+}
