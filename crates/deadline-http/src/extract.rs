@@ -1,8 +1,9 @@
 //! axum extractors for the request's deadline (feature `axum`).
 //!
-//! The enforce layer puts the request's [`Deadline`] (when it has one) and its
-//! [`DeadlineContext`] in the request extensions; these extractors read them, as axum's own
-//! `MatchedPath` reads what the router put there.
+//! The enforce layer runs the handler with the request's [`DeadlineContext`] as the task-local
+//! current context; these extractors read it there (or, when the layer was told to put them
+//! there with [`request_extensions`](crate::EnforceDeadlineLayer::request_extensions), from the
+//! request extensions, as axum's own `MatchedPath` reads what the router put there).
 //!
 //! ```
 //! use axum::{Router, routing::get};
@@ -61,7 +62,9 @@ impl RequestDeadline {
         parts
             .extensions
             .get::<Deadline>()
-            .map(|d| RequestDeadline(*d))
+            .copied()
+            .or_else(crate::current_deadline)
+            .map(RequestDeadline)
     }
 }
 
@@ -122,11 +125,7 @@ where
     type Rejection = MissingContext;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<DeadlineContext>()
-            .cloned()
-            .ok_or(MissingContext)
+        context_of(parts).ok_or(MissingContext)
     }
 }
 
@@ -140,8 +139,18 @@ where
         parts: &mut Parts,
         _state: &S,
     ) -> Result<Option<Self>, Self::Rejection> {
-        Ok(parts.extensions.get::<DeadlineContext>().cloned())
+        Ok(context_of(parts))
     }
+}
+
+/// The request's context: from the extensions when the layer put it there, else the current
+/// task-local one the layer runs the handler in.
+fn context_of(parts: &Parts) -> Option<DeadlineContext> {
+    parts
+        .extensions
+        .get::<DeadlineContext>()
+        .cloned()
+        .or_else(DeadlineContext::current)
 }
 
 /// Rejection of the [`DeadlineContext`] extractor: the enforce layer did not run for this
@@ -278,5 +287,63 @@ mod tests {
         let response = app.oneshot(get_with("/", Some("600"))).await.unwrap();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(body(response).await.contains("enforce layer"));
+    }
+}
+
+#[cfg(test)]
+mod extensions {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use deadline::Deadline;
+    use http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    use super::RequestDeadline;
+    use crate::{DeadlineContext, EnforceDeadlineLayer};
+
+    /// What a handler finds: the extractors' deadline and context, and the extensions'.
+    async fn seen(
+        RequestDeadline(deadline): RequestDeadline,
+        ctx: DeadlineContext,
+        request: Request<Body>,
+    ) -> String {
+        let extensions = (
+            request.extensions().get::<Deadline>().copied(),
+            request.extensions().get::<DeadlineContext>().is_some(),
+        );
+        assert_eq!(ctx.deadline(), Some(deadline));
+        format!("{:?}", extensions)
+    }
+
+    async fn ask(layer: EnforceDeadlineLayer) -> (StatusCode, String) {
+        let app = Router::new().route("/", get(seen)).layer(layer);
+        let request = Request::builder()
+            .uri("/")
+            .header("deadline-budget-ms", "900")
+            .body(Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_extractors_read_the_task_local_context_without_extensions() {
+        let (status, body) = ask(EnforceDeadlineLayer::new("svc")).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "(None, false)"));
+    }
+
+    #[tokio::test]
+    async fn the_extensions_carry_the_context_and_deadline_when_asked() {
+        let (status, body) = ask(EnforceDeadlineLayer::new("svc").request_extensions(true)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.starts_with("(Some(") && body.ends_with(", true)"),
+            "{body}"
+        );
     }
 }

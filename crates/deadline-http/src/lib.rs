@@ -68,10 +68,12 @@ pub mod enforce;
 pub mod error;
 #[cfg(feature = "axum")]
 pub mod extract;
+mod hold;
 pub mod log_limit;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod metrics_hook;
+mod phase;
 pub mod propagate;
 pub mod serve;
 pub mod spawn;

@@ -15,7 +15,7 @@ mod on {
     use deadline::Stop;
     use http::Request;
 
-    use crate::enforce::Hold;
+    use crate::hold::Hold;
     use crate::metrics::{
         AttemptKind, CallRecorder, HopRecorder, ServiceMetrics, SkipReason, TargetRecorder,
     };
@@ -118,7 +118,7 @@ mod off {
     use deadline::Stop;
     use http::Request;
 
-    use crate::enforce::Hold;
+    use crate::hold::Hold;
 
     /// Nothing to record without the `metrics` feature.
     #[derive(Clone, Copy, Debug, Default)]

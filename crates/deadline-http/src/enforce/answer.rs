@@ -25,50 +25,15 @@
 use bytes::Bytes;
 use deadline::grpc::{GRPC_MESSAGE_HEADER, GRPC_STATUS_HEADER, GrpcCode, encode_message};
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode};
 
 use super::body::EnforceBody;
-use super::future::text_response;
-use super::hold::Recorder;
+use super::recorder::Recorder;
 
-/// `connect-protocol-version`: sent by Connect clients on every request.
-pub const CONNECT_PROTOCOL_VERSION: HeaderName =
-    HeaderName::from_static("connect-protocol-version");
+pub use super::caller::{CONNECT_PROTOCOL_VERSION, Caller};
 
 const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
-
-/// How a caller reads an error: which terms the layer's own answers are given in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Caller {
-    /// Plain HTTP: the status and a `text/plain` body.
-    #[default]
-    Http,
-    /// gRPC: trailers-only, `grpc-status` and `grpc-message`.
-    Grpc,
-    /// Connect unary: the status and a JSON error body.
-    Connect,
-}
-
-impl Caller {
-    /// The kind of caller that sent a request with these headers: gRPC by its content type,
-    /// Connect by its `connect-protocol-version` header (a Connect unary POST always has a
-    /// content type too, so a request without one costs a single lookup), plain HTTP otherwise.
-    pub fn of(headers: &HeaderMap) -> Caller {
-        match headers.get(CONTENT_TYPE) {
-            None => Caller::Http,
-            Some(ct) if deadline::grpc::is_grpc_content_type(ct.as_bytes()) => Caller::Grpc,
-            Some(_) if headers.contains_key(CONNECT_PROTOCOL_VERSION) => Caller::Connect,
-            Some(_) => Caller::Http,
-        }
-    }
-
-    /// Whether the caller speaks gRPC.
-    pub fn is_grpc(self) -> bool {
-        self == Caller::Grpc
-    }
-}
 
 /// The gRPC status for what plain HTTP would get as `status`: 504 is DEADLINE_EXCEEDED, 400
 /// INVALID_ARGUMENT, 503 UNAVAILABLE (shed: safe to retry) and 502 too (as gRPC's own mapping
@@ -184,6 +149,19 @@ fn json_string(out: &mut String, text: &str) {
     out.push('"');
 }
 
+const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+
+/// A plain-text answer with `status`.
+pub(crate) fn text_response<B>(
+    status: StatusCode,
+    body: EnforceBody<B>,
+) -> Response<EnforceBody<B>> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, TEXT_PLAIN);
+    response
+}
+
 /// The layer's own answer with `status` and `message`, in `caller`'s terms; its body reports
 /// the hold (through `recorder`) when written. The trace header is the caller's to add.
 pub(crate) fn own<B>(
@@ -212,6 +190,8 @@ pub(crate) fn own<B>(
 
 #[cfg(test)]
 mod tests {
+    use http::{HeaderMap, HeaderName};
+
     use super::*;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {

@@ -10,54 +10,18 @@
 //! It exists for the `deadline` command's demo and load comparison, so it sits behind a cargo
 //! feature: the library's default surface carries no such hook.
 
-use std::future::Future;
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 
-use http::{Request, Response, StatusCode};
-use tokio::task::{JoinError, JoinHandle};
+use http::{Request, Response};
 use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use super::body::EnforceBody;
-use super::future::{Reply, ResponseFuture, State, fail, text_response};
-use super::hold::{HoldOutcome, Recorder};
-use super::hop_trace::root_only;
+use super::future::{Reply, ResponseFuture, State, Task};
+use super::recorder::{CallerGone, CallerWatch, Recorder};
 use super::{EnforceDeadlineLayer, HopSettings};
 use crate::context::{Activity, DeadlineContext};
-
-/// A baseline task: the work's own task, handing back its result and the hold it filled in.
-pub(crate) struct Task<B, E> {
-    /// First, so a caller that leaves is noted before a finished task's hold is reported.
-    _watch: CallerWatch,
-    handle: JoinHandle<(Result<Response<B>, E>, Recorder)>,
-}
-
-/// When the caller of a baseline request went away, shared by its response future (which sees
-/// it) and its recorder (on the work's task, which reports it).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct CallerGone(Arc<OnceLock<Instant>>);
-
-impl CallerGone {
-    /// When the caller went away, if it has (or when its response future was dropped after
-    /// the answer; the recorder then knows the answer was delivered and ignores this).
-    pub(crate) fn at(&self) -> Option<Instant> {
-        self.0.get().copied()
-    }
-}
-
-/// Notes the moment the response future is dropped.
-struct CallerWatch(CallerGone);
-
-impl Drop for CallerWatch {
-    fn drop(&mut self) {
-        let _ = self.0.0.set(Instant::now());
-    }
-}
-
-/// The task's end: its output, or why it has none.
-pub(crate) type Joined<B, E> = Result<(Result<Response<B>, E>, Recorder), JoinError>;
+use crate::hold::HoldOutcome;
 
 impl EnforceDeadlineLayer {
     /// `false` turns enforcement off (the baseline): budget headers are ignored, slots are a
@@ -92,7 +56,9 @@ where
     let expose = settings
         .exposure
         .allows(request.headers(), request.extensions(), budgeted);
-    request.extensions_mut().insert(ctx.clone());
+    if settings.extensions {
+        request.extensions_mut().insert(ctx.clone());
+    }
     let slots = settings.slots.clone();
     let task_ctx = ctx.clone();
     let gone = CallerGone::default();
@@ -131,45 +97,4 @@ where
         expose,
     };
     ResponseFuture::new(State::Baseline { task }, None, reply)
-}
-
-/// Waits for the task.
-pub(crate) fn poll<B, E>(task: &mut Task<B, E>, cx: &mut Context<'_>) -> Poll<Joined<B, E>> {
-    std::pin::Pin::new(&mut task.handle).poll(cx)
-}
-
-/// The answer once the task ended: its response with this hop's trace, its error, or a 503 if
-/// the runtime cancelled it; a panic in it is resumed here.
-pub(crate) fn answer<B, E>(
-    reply: &mut Reply,
-    joined: Joined<B, E>,
-) -> Result<Response<EnforceBody<B>>, E> {
-    match joined {
-        Ok((Ok(response), recorder)) => Ok(reply.deliver(recorder, response, Instant::now())),
-        Ok((Err(error), recorder)) => {
-            fail(recorder);
-            Err(error)
-        }
-        Err(join) => match join.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            // Cancelled: the runtime is shutting down. The task's recorder was dropped with it
-            // and reported the hold. The answer still carries this hop's trace, as every
-            // answer the layer gives does.
-            Err(_) => {
-                let status = StatusCode::SERVICE_UNAVAILABLE;
-                let end_ms = reply.ctx.ms_since_arrival(Instant::now());
-                let mut response = text_response(
-                    status,
-                    EnforceBody::text(format!("{} is shutting down\n", reply.settings.name), None),
-                );
-                if reply.expose {
-                    response.headers_mut().insert(
-                        deadline::TRACE_HEADER,
-                        root_only(&reply.settings, end_ms, status),
-                    );
-                }
-                Ok(response)
-            }
-        },
-    }
 }

@@ -11,8 +11,9 @@
 //!
 //! What this costs per frame: nothing without a deadline (one `Option` test); with one, a frame
 //! that is ready passes with one atomic load (has the timer fired?). The timer itself is one
-//! `Sleep`, armed the first time the inner body has to wait and never again, sleeping until the
-//! cutoff computed on arrival; nothing is allocated per frame.
+//! `Sleep`, armed (and boxed) the first time the inner body has to wait and never again, sleeping
+//! until the cutoff computed on arrival; nothing is allocated per frame, and a body that never
+//! waits never allocates its timer.
 
 use std::fmt;
 use std::future::Future;
@@ -26,8 +27,8 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
-use super::answer::Caller;
-use super::hold::Recorder;
+use super::caller::Caller;
+use super::recorder::Recorder;
 use super::stream;
 use crate::error::BoxError;
 
@@ -51,9 +52,10 @@ pin_project! {
         // The request's cutoff, for an inner body under a deadline; `None`: no deadline, and
         // the body passes through untouched.
         cutoff: Option<Instant>,
-        // The one timer for the cutoff, armed the first time the inner body has to wait.
-        #[pin]
-        sleep: Option<Sleep>,
+        // The one timer for the cutoff, armed the first time the inner body has to wait. Boxed:
+        // most bodies never wait (a whole answer in one frame), and the body is moved several
+        // times on its way to the connection, so an inline timer would be copied each time.
+        sleep: Option<Pin<Box<Sleep>>>,
         caller: Caller,
         recorder: Option<Recorder>,
         // Set when `is_end_stream` said so: the server may then drop the body without polling
@@ -183,13 +185,7 @@ where
                 *this.streaming = true;
                 // A timer that has fired means the cutoff has passed: a frame the server asks
                 // for now is too late, however ready it is.
-                if this
-                    .sleep
-                    .as_ref()
-                    .get_ref()
-                    .as_ref()
-                    .is_some_and(Sleep::is_elapsed)
-                {
+                if this.sleep.as_ref().is_some_and(|sleep| sleep.is_elapsed()) {
                     return cut(this.kind, this.recorder, *this.caller, this.ended);
                 }
                 let mut body = body;
@@ -206,15 +202,10 @@ where
                     Poll::Pending => {
                         *this.waited = true;
                         if let Some(cutoff) = *this.cutoff {
-                            if this.sleep.is_none() {
-                                this.sleep.set(Some(tokio::time::sleep_until(cutoff)));
-                            }
-                            let fired = this
+                            let sleep = this
                                 .sleep
-                                .as_mut()
-                                .as_pin_mut()
-                                .is_some_and(|sleep| sleep.poll(cx).is_ready());
-                            if fired {
+                                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(cutoff)));
+                            if sleep.as_mut().poll(cx).is_ready() {
                                 return cut(this.kind, this.recorder, *this.caller, this.ended);
                             }
                         }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use deadline::admission::Shed;
-use http::header::CONTENT_TYPE;
+use http::header::RETRY_AFTER;
 use http::{HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tokio::task::futures::TaskLocalFuture;
@@ -33,11 +33,18 @@ use tower::util::Oneshot;
 use super::HopSettings;
 use super::answer::{self, Caller};
 use super::body::EnforceBody;
-use super::hold::{HoldOutcome, Recorder};
 use super::hop_trace::trace_header;
 use super::queue::{Arrival, Slot, Slots, Waiter};
+#[cfg(feature = "baseline")]
+use super::recorder::CallerWatch;
+use super::recorder::Recorder;
 use super::server_timing;
+#[cfg(feature = "baseline")]
+use super::{answer::text_response, hop_trace::root_only};
 use crate::context::{Activity, ActivityGuard, DeadlineContext};
+use crate::hold::HoldOutcome;
+#[cfg(feature = "baseline")]
+use tokio::task::{JoinError, JoinHandle};
 
 /// The inner service's work for one request (a `oneshot` call: readiness, then the call),
 /// inside the request's context scope.
@@ -87,7 +94,7 @@ pub(crate) enum State<B, E> {
     },
     /// Baseline mode: the work runs on its own task, whatever happens to this future.
     #[cfg(feature = "baseline")]
-    Baseline { task: super::baseline::Task<B, E> },
+    Baseline { task: Task<B, E> },
     /// The answer was given. (The marker holds the output's types, which only the baseline
     /// state otherwise names.)
     Done(PhantomData<fn() -> (B, E)>),
@@ -140,7 +147,7 @@ pub(crate) enum Ending<B, E> {
     #[cfg(feature = "baseline")]
     /// Boxed: it holds the hold's recorder, which would make every `Ending` (and `Step`) as
     /// large; the baseline is a comparison mode, where an allocation does not matter.
-    Baseline(Box<super::baseline::Joined<B, E>>),
+    Baseline(Box<Joined<B, E>>),
 }
 
 /// What every state needs to answer: the request's cutoff, context, hop settings and hold.
@@ -211,7 +218,7 @@ where
                     running(this.work.as_mut(), this.reply, this.sleep.as_mut(), cx)
                 }
                 #[cfg(feature = "baseline")]
-                State::Baseline { task } => match super::baseline::poll(task, cx) {
+                State::Baseline { task } => match poll_task(task, cx) {
                     Poll::Ready(joined) => Step::End(Ending::Baseline(Box::new(joined))),
                     Poll::Pending => Step::Pending,
                 },
@@ -334,8 +341,6 @@ fn begin<B, E>(mut permit: Option<Slot>, reply: &mut Reply) -> Step<B, E> {
     Step::Next(State::Running { _permit: permit })
 }
 
-const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
-
 impl Reply {
     /// Whether the cutoff has come (never, without a deadline). Makes the timer the first time.
     fn fired(&self, mut sleep: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> bool {
@@ -386,18 +391,39 @@ impl Reply {
                 Ok(self.deadline(recorder, &activity))
             }
             Ending::Shed { now, shed } => {
-                let mut recorder = self.take_recorder();
-                recorder.left_queue(now);
-                Ok(super::queue::shed_answer(self, recorder, &shed))
+                let message = format!(
+                    "{} refused the request at once, {shed}\n",
+                    self.settings.name
+                );
+                Ok(self.refused(now, message))
             }
             Ending::QueueFull { now, waiting } => {
-                let mut recorder = self.take_recorder();
-                recorder.left_queue(now);
-                Ok(super::queue::queue_full_answer(self, recorder, waiting))
+                let message = format!(
+                    "{} refused the request at once: every worker busy and {waiting} requests \
+                     already waiting (the queue's limit)\n",
+                    self.settings.name
+                );
+                Ok(self.refused(now, message))
             }
             #[cfg(feature = "baseline")]
-            Ending::Baseline(joined) => super::baseline::answer(self, *joined),
+            Ending::Baseline(joined) => baseline_answer(self, *joined),
         }
+    }
+
+    /// The answer to a request refused at `now` without working (admission shed it, or the
+    /// queue was full): 503 with `Retry-After: 0` (another replica, or this one a moment later,
+    /// may well serve it), outcome `shed`, made by the layer's one function for its own answers
+    /// (so it carries this hop's trace and reports the hold).
+    fn refused<B>(&mut self, now: Instant, message: String) -> Response<EnforceBody<B>> {
+        let mut recorder = self.take_recorder();
+        recorder.left_queue(now);
+        let status = StatusCode::SERVICE_UNAVAILABLE;
+        recorder.answer(Some(status), HoldOutcome::Shed);
+        let mut response = self.own_answer(recorder, status, message);
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("0"));
+        response
     }
 
     /// The 504 for a request whose time ran out while the hop was doing `activity`:
@@ -405,7 +431,7 @@ impl Reply {
     fn deadline<B>(&self, mut recorder: Recorder, activity: &Activity) -> Response<EnforceBody<B>> {
         let status = StatusCode::GATEWAY_TIMEOUT;
         recorder.answer(Some(status), HoldOutcome::Deadline);
-        recorder.exceeded(super::Phase::of(activity));
+        recorder.exceeded(crate::phase::Phase::of(activity));
         let hold = recorder.hold();
         let message = format!(
             "deadline exceeded at {} while {activity}: budget {} ms, queued {} ms, worked {} ms\n",
@@ -479,13 +505,58 @@ pub(crate) fn fail(mut recorder: Recorder) {
     recorder.finish(false);
 }
 
-/// A plain-text answer with `status`.
-pub(crate) fn text_response<B>(
-    status: StatusCode,
-    body: EnforceBody<B>,
-) -> Response<EnforceBody<B>> {
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, TEXT_PLAIN);
-    response
+/// A baseline task (see [`baseline`](super::baseline)): the work's own task, handing back its
+/// result and the hold it filled in.
+#[cfg(feature = "baseline")]
+pub(crate) struct Task<B, E> {
+    /// First, so a caller that leaves is noted before a finished task's hold is reported.
+    pub(crate) _watch: CallerWatch,
+    pub(crate) handle: JoinHandle<(Result<Response<B>, E>, Recorder)>,
+}
+
+/// The task's end: its output, or why it has none.
+#[cfg(feature = "baseline")]
+pub(crate) type Joined<B, E> = Result<(Result<Response<B>, E>, Recorder), JoinError>;
+
+/// Waits for the task.
+#[cfg(feature = "baseline")]
+fn poll_task<B, E>(task: &mut Task<B, E>, cx: &mut Context<'_>) -> Poll<Joined<B, E>> {
+    std::pin::Pin::new(&mut task.handle).poll(cx)
+}
+
+/// The answer once a baseline task ended: its response with this hop's trace, its error, or a
+/// 503 if the runtime cancelled it; a panic in it is resumed here.
+#[cfg(feature = "baseline")]
+fn baseline_answer<B, E>(
+    reply: &mut Reply,
+    joined: Joined<B, E>,
+) -> Result<Response<EnforceBody<B>>, E> {
+    match joined {
+        Ok((Ok(response), recorder)) => Ok(reply.deliver(recorder, response, Instant::now())),
+        Ok((Err(error), recorder)) => {
+            fail(recorder);
+            Err(error)
+        }
+        Err(join) => match join.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Cancelled: the runtime is shutting down. The task's recorder was dropped with it
+            // and reported the hold. The answer still carries this hop's trace, as every
+            // answer the layer gives does.
+            Err(_) => {
+                let status = StatusCode::SERVICE_UNAVAILABLE;
+                let end_ms = reply.ctx.ms_since_arrival(Instant::now());
+                let mut response = text_response(
+                    status,
+                    EnforceBody::text(format!("{} is shutting down\n", reply.settings.name), None),
+                );
+                if reply.expose {
+                    response.headers_mut().insert(
+                        deadline::TRACE_HEADER,
+                        root_only(&reply.settings, end_ms, status),
+                    );
+                }
+                Ok(response)
+            }
+        },
+    }
 }

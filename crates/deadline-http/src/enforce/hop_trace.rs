@@ -5,8 +5,8 @@ use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
 
 use super::HopSettings;
-use super::hold::{Hold, HoldOutcome};
 use crate::context::DeadlineContext;
+use crate::hold::{Hold, HoldOutcome};
 
 /// A root span named after the hop from arrival to `end`, with the answer's status as its
 /// outcome; under it the time queued, the work, and the spans the handler's outbound calls

@@ -71,6 +71,7 @@ impl EnforceDeadlineLayer {
                 sources: super::sources::Sources::default(),
                 server_timing: true,
                 exposure: super::TraceExposure::Always,
+                extensions: false,
                 on_hold: None,
                 metrics: HoldMetrics::default(),
                 prometheus: Default::default(),
@@ -232,6 +233,21 @@ impl EnforceDeadlineLayer {
     /// outbound calls are the same whatever the exposure.
     pub fn trace_exposure(mut self, exposure: super::TraceExposure) -> Self {
         self.settings.exposure = exposure;
+        self
+    }
+
+    /// Also puts each request's [`DeadlineContext`](crate::DeadlineContext) and, when it has
+    /// one, its [`Deadline`](deadline::Deadline) in the request extensions (default: off).
+    ///
+    /// Off, the inner service finds them where it runs: [`DeadlineContext::current`](
+    /// crate::DeadlineContext::current), [`current_deadline`](crate::current_deadline) and the
+    /// axum extractors read the request's task-local context. Turn this on for code that reads
+    /// the extensions directly (a tower layer of its own between this one and the handler, or
+    /// work that moves the request to another task). It is off by default because it costs
+    /// every request four heap allocations and about a thousand instructions (the extension
+    /// map, its table and two boxes, and dropping them), which nothing in this library needs.
+    pub fn request_extensions(mut self, on: bool) -> Self {
+        self.settings.extensions = on;
         self
     }
 

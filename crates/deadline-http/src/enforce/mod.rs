@@ -19,8 +19,10 @@
 //!    its deadline. With [`admission`](EnforceDeadlineLayer::admission) on, a request that could
 //!    not finish after its expected wait is answered 503 at once (outcome `shed`).
 //! 4. runs the inner service with the request's [`DeadlineContext`] as the task-local current
-//!    context (so outbound calls pick up what is left of the budget) and in the request
-//!    extensions (with the [`Deadline`], for extractors), racing it against the same cutoff.
+//!    context (so outbound calls, [`current_deadline`](crate::current_deadline) and the axum
+//!    extractors pick up what is left of the budget), racing it against the same cutoff. With
+//!    [`request_extensions`](EnforceDeadlineLayer::request_extensions) on, the context and the
+//!    [`Deadline`] go in the request extensions too, for code that reads them there.
 //!    When the cutoff wins, the inner future is **dropped** (its work stops at its current
 //!    await point, and its outbound calls with it) and the layer answers **504** with what the
 //!    hop was doing: `deadline exceeded at inventory while calling orders: budget 600 ms,
@@ -144,13 +146,13 @@ pub mod answer;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod body;
+mod caller;
 pub mod exposure;
 pub mod future;
-mod hold;
 mod hop_trace;
 mod layer;
-mod phase;
 mod queue;
+mod recorder;
 pub mod server_timing;
 pub mod sources;
 pub mod stream;
@@ -167,12 +169,12 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
 
+pub use crate::hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
+pub use crate::phase::Phase;
 pub use answer::Caller;
 pub use body::EnforceBody;
 pub use exposure::{TraceExposure, UnknownExposure};
-pub use hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use layer::EnforceDeadlineLayer;
-pub use phase::Phase;
 pub use queue::{QueueOrder, UnknownQueueOrder};
 pub use server_timing::SERVER_TIMING_HEADER;
 pub use stream::StreamCut;
@@ -180,8 +182,8 @@ pub use stream::StreamCut;
 use crate::context::DeadlineContext;
 use crate::time;
 use future::{Reply, ResponseFuture, ScopedWork};
-use hold::Recorder;
 use queue::Slots;
+use recorder::Recorder;
 
 /// `X-Request-Id`: read into each [`Hold`] report, so reports from different hops can be joined.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -225,6 +227,8 @@ pub(crate) struct HopSettings {
     server_timing: bool,
     /// Which callers see `Deadline-Trace` and `Server-Timing`.
     exposure: TraceExposure,
+    /// Whether each request's context and deadline go in its extensions too.
+    extensions: bool,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
     prometheus: crate::metrics_hook::HopHook,
@@ -374,10 +378,12 @@ where
             }
         }
 
-        let extensions = request.extensions_mut();
-        extensions.insert(ctx.clone());
-        if let Some(deadline) = deadline {
-            extensions.insert(deadline);
+        if settings.extensions {
+            let extensions = request.extensions_mut();
+            extensions.insert(ctx.clone());
+            if let Some(deadline) = deadline {
+                extensions.insert(deadline);
+            }
         }
         let work = ctx.clone().scoped(self.inner.clone().oneshot(request));
         let reply = Reply {

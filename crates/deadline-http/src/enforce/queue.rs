@@ -47,13 +47,8 @@ use std::time::Duration;
 
 use deadline::Deadline;
 use deadline::admission::{self, Admission, QueueState, Shed, WorkTimeEstimate};
-use http::header::RETRY_AFTER;
-use http::{HeaderValue, Response, StatusCode};
 use tokio::time::Instant;
 
-use super::body::EnforceBody;
-use super::future::Reply;
-use super::hold::{HoldOutcome, Recorder};
 use crate::time;
 
 /// The order in which requests waiting for a worker slot are served.
@@ -474,47 +469,6 @@ impl Drop for Waiter {
             waker.wake();
         }
     }
-}
-
-/// The answer to a request admission refused: 503 with `Retry-After: 0` (another replica, or
-/// this one a moment later, may well serve it), outcome `shed`, made by the layer's one
-/// function for its own answers (so it carries this hop's trace and reports the hold).
-pub(crate) fn shed_answer<B>(
-    reply: &Reply,
-    mut recorder: Recorder,
-    shed: &Shed,
-) -> Response<EnforceBody<B>> {
-    let status = StatusCode::SERVICE_UNAVAILABLE;
-    recorder.answer(Some(status), HoldOutcome::Shed);
-    let message = format!(
-        "{} refused the request at once, {shed}\n",
-        reply.settings.name
-    );
-    let mut response = reply.own_answer(recorder, status, message);
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("0"));
-    response
-}
-
-/// The 503 for a request refused because `waiting` requests already wait for a slot.
-pub(crate) fn queue_full_answer<B>(
-    reply: &Reply,
-    mut recorder: Recorder,
-    waiting: usize,
-) -> Response<EnforceBody<B>> {
-    let status = StatusCode::SERVICE_UNAVAILABLE;
-    recorder.answer(Some(status), HoldOutcome::Shed);
-    let message = format!(
-        "{} refused the request at once: every worker busy and {waiting} requests already \
-         waiting (the queue's limit)\n",
-        reply.settings.name
-    );
-    let mut response = reply.own_answer(recorder, status, message);
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("0"));
-    response
 }
 
 #[cfg(test)]

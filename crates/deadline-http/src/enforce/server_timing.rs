@@ -36,11 +36,11 @@
 
 use std::time::Duration;
 
-use deadline::decimal::{Decimal, StackBuf};
+use deadline::decimal::StackBuf;
 use http::{HeaderName, HeaderValue};
 
 use super::HopSettings;
-use super::hold::Hold;
+use crate::hold::Hold;
 
 /// `Server-Timing`: the W3C header with this hop's queue and work time and the budget it
 /// arrived with, added to every answer of an [`EnforceDeadline`](super::EnforceDeadline)
@@ -103,20 +103,17 @@ fn write(
     budget_ms: Option<u64>,
 ) -> HeaderValue {
     let mut out = StackBuf::<MAX_LEN>::new();
-    metric(&mut out, QUEUE_METRIC);
+    out.put(b"queue;dur=");
     millis(&mut out, queue);
-    out.put(b", ");
-    metric(&mut out, WORK_METRIC);
+    out.put(b", work;dur=");
     millis(&mut out, work);
     if let Some(stream) = stream {
-        out.put(b", ");
-        metric(&mut out, STREAM_METRIC);
+        out.put(b", stream;dur=");
         millis(&mut out, stream);
     }
     if let Some(budget) = budget_ms {
-        out.put(b", ");
-        metric(&mut out, BUDGET_METRIC);
-        out.put(Decimal::new(budget).as_bytes());
+        out.put(b", budget;dur=");
+        out.put_decimal(budget);
     }
     // Only tokens, digits, `;=,. ` are written, all visible ASCII or space, and the bound above
     // is exact, so this cannot fail; an empty value is a harmless fallback rather than a panic
@@ -126,24 +123,17 @@ fn write(
         .unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
-/// `name;dur=`
-fn metric(out: &mut StackBuf<MAX_LEN>, name: &str) {
-    out.put(name.as_bytes());
-    out.put(b";dur=");
-}
-
-/// `d` in milliseconds with three fractional digits (whole microseconds, rounded down).
+/// `d` in milliseconds with three decimals (microseconds), written byte by byte after the
+/// whole part: one store each rather than a copy of a slice.
 fn millis(out: &mut StackBuf<MAX_LEN>, d: Duration) {
     let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-    out.put(Decimal::new(micros / 1_000).as_bytes());
+    out.put_decimal(micros / 1_000);
     let frac = micros % 1_000;
     // Each digit is below 10, so the casts keep it whole.
-    out.put(&[
-        b'.',
-        b'0' + (frac / 100) as u8,
-        b'0' + (frac / 10 % 10) as u8,
-        b'0' + (frac % 10) as u8,
-    ]);
+    out.push(b'.');
+    out.push(b'0' + (frac / 100) as u8);
+    out.push(b'0' + (frac / 10 % 10) as u8);
+    out.push(b'0' + (frac % 10) as u8);
 }
 
 #[cfg(test)]

@@ -36,10 +36,11 @@ use deadline::grpc::{GRPC_MESSAGE_HEADER, GRPC_STATUS_HEADER, GrpcCode, encode_m
 use http::{HeaderMap, StatusCode};
 use tokio::time::Instant;
 
-use super::Phase;
-use super::answer::Caller;
-use super::hold::{HoldOutcome, Recorder};
+use super::caller::Caller;
+use super::recorder::Recorder;
 use super::server_timing;
+use crate::hold::HoldOutcome;
+use crate::phase::Phase;
 
 /// The error a response body gets when the enforce layer ends it at the request's cutoff
 /// (for any caller but gRPC, whose stream ends with trailers instead).

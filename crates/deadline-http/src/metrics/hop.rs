@@ -9,7 +9,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
 use super::{Families, OutcomeLabels, PhaseLabels, Seconds, ServiceLabels, Tok, Token};
-use crate::enforce::{Hold, HoldOutcome, Phase};
+use crate::hold::{Hold, HoldOutcome};
+use crate::phase::Phase;
 
 /// The `outcome` label of `deadline_requests_total`: how a request ended at this hop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -369,7 +369,7 @@ struct QueryLabels {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PhaseLabels {
     service: Arc<str>,
-    phase: Tok<crate::enforce::Phase>,
+    phase: Tok<crate::phase::Phase>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -392,7 +392,7 @@ struct SkipLabels {
     reason: Tok<SkipReason>,
 }
 
-impl Token for crate::enforce::Phase {
+impl Token for crate::phase::Phase {
     fn token(self) -> &'static str {
         self.as_str()
     }
