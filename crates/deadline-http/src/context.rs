@@ -77,6 +77,44 @@ struct WorkLog {
     /// Spans and calls recorded for the trace, in the order they were recorded.
     recorded: Vec<Recorded>,
     dropped: u64,
+    /// Bumped whenever `recorded` is taken: a [`CallSlot`] from before points at nothing now.
+    generation: u64,
+}
+
+/// Where a recorded outbound call sits in its hop's trace: a call returns when its response head
+/// arrives, and its body may still fail (cut short, too large, out of time) or end with a gRPC
+/// status in its trailers. The response body holds the slot and corrects the call's outcome,
+/// unless the hop's trace has been written already.
+#[derive(Clone)]
+pub(crate) struct CallSlot {
+    context: DeadlineContext,
+    generation: u64,
+    index: usize,
+}
+
+impl CallSlot {
+    /// The call's response body ended with `outcome`: the call span and the attempt that got
+    /// the response (the last recorded) say so.
+    pub(crate) fn body_ended(&self, outcome: deadline::trace::Outcome) {
+        let mut log = self.context.lock();
+        if log.generation != self.generation {
+            return;
+        }
+        if let Some(Recorded::Call(call)) = log.recorded.get_mut(self.index) {
+            call.outcome = outcome;
+            if let Some(attempt) = call.attempts.last_mut() {
+                attempt.outcome = outcome;
+            }
+        }
+    }
+}
+
+impl fmt::Debug for CallSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallSlot")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
 }
 
 impl fmt::Debug for DeadlineContext {
@@ -174,9 +212,16 @@ impl DeadlineContext {
         self.lock().recorded.push(Recorded::Span(span));
     }
 
-    /// Adds an outbound call to this hop's trace, its callees' traces still encoded.
-    pub(crate) fn record_call(&self, call: CallSpan) {
-        self.lock().recorded.push(Recorded::Call(call));
+    /// Adds an outbound call to this hop's trace, its callees' traces still encoded; the slot
+    /// says where, so the call's outcome can still be corrected while its response body is read.
+    pub(crate) fn record_call(&self, call: CallSpan) -> CallSlot {
+        let mut log = self.lock();
+        log.recorded.push(Recorded::Call(call));
+        CallSlot {
+            context: self.clone(),
+            generation: log.generation,
+            index: log.recorded.len() - 1,
+        }
     }
 
     /// Counts spans that a callee dropped, so the edge learns that its trace is incomplete.
@@ -206,6 +251,7 @@ impl DeadlineContext {
     /// layer writes into the hop's trace with [`HopTrace`](deadline::trace::HopTrace).
     pub fn take_recorded(&self) -> (Vec<Recorded>, u64) {
         let mut log = self.lock();
+        log.generation = log.generation.wrapping_add(1);
         (
             std::mem::take(&mut log.recorded),
             std::mem::take(&mut log.dropped),

@@ -46,11 +46,14 @@ use std::time::Duration;
 
 use bytes::Buf;
 use deadline::grpc::GrpcCode;
+use deadline::trace::{Outcome, outcome};
+use deadline::{Attempt, CallPolicy};
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use crate::context::CallSlot;
 use crate::error::BoxError;
 
 /// The default largest response body a call reads: 4 MiB.
@@ -58,8 +61,8 @@ pub const DEFAULT_MAX_BODY: u64 = 4 * 1024 * 1024;
 
 /// When the attempt that got a response must have its whole body: the end of its wait.
 ///
-/// The propagate layer carries it in the response's extensions from the attempt to where the
-/// call wraps its body; another client (the reqwest middleware) gives it to [`CallBody::new`].
+/// The propagate layer wraps each attempt's response body with it where the response arrives;
+/// another client (the reqwest middleware) gives it to [`CallBody::new`] the same way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttemptEnd {
     /// The end of the attempt's wait.
@@ -83,18 +86,19 @@ impl AttemptEnd {
         }
     }
 
-    /// Marks `response` as got by an attempt whose wait ends as `self` says.
-    pub(super) fn mark<RB>(self, mut response: Response<RB>) -> Response<RB> {
-        response.extensions_mut().insert(self);
-        response
+    /// The end of `attempt`'s wait, sent at `sent_at` under `policy`.
+    pub(super) fn of(sent_at: Instant, attempt: &Attempt, policy: &CallPolicy) -> AttemptEnd {
+        AttemptEnd {
+            at: sent_at + attempt.wait,
+            capped: attempt.wait < policy.timeout(),
+            timeout: policy.timeout(),
+        }
     }
-}
 
-/// The call's response with its body wrapped: bounded by `max_body` bytes and by the end of the
-/// attempt that got it.
-pub(super) fn wrap<RB>(mut response: Response<RB>, max_body: u64) -> Response<CallBody<RB>> {
-    let end = response.extensions_mut().remove::<AttemptEnd>();
-    response.map(|body| CallBody::new(body, end, max_body))
+    /// `response` with its body bounded by this end and by `max_body` bytes.
+    pub(super) fn bound<RB>(self, response: Response<RB>, max_body: u64) -> Response<CallBody<RB>> {
+        response.map(|body| CallBody::new(body, Some(self), max_body))
+    }
 }
 
 pin_project! {
@@ -116,6 +120,9 @@ pin_project! {
         grpc_status: Option<GrpcCode>,
         // The announced size was checked against the limit.
         checked: bool,
+        // Where the call that got this body sits in its hop's trace: a body that fails, or
+        // ends with a gRPC error in its trailers, corrects the call's outcome there.
+        slot: Option<CallSlot>,
     }
 }
 
@@ -131,7 +138,13 @@ impl<B> CallBody<B> {
             read: 0,
             grpc_status: None,
             checked: false,
+            slot: None,
         }
+    }
+
+    /// Reports how this body ends to the call span at `slot`.
+    pub(super) fn report_to(&mut self, slot: CallSlot) {
+        self.slot = Some(slot);
     }
 
     /// The callee's body, until it ended or was dropped by an error.
@@ -197,6 +210,12 @@ where
                     }
                 } else if let Some(trailers) = frame.trailers_ref() {
                     *this.grpc_status = GrpcCode::of_headers(trailers);
+                    if let (Some(code), Some(slot)) = (*this.grpc_status, this.slot.take()) {
+                        if code != GrpcCode::Ok {
+                            let status = crate::enforce::answer::http_status(code);
+                            slot.body_ended(Outcome::Status(status));
+                        }
+                    }
                 }
                 Some(Ok(frame))
             }
@@ -224,6 +243,9 @@ where
             // stream) now, not when the caller drops this.
             this.inner.set(None);
             *this.sleep = None;
+            if let (Some(Err(error)), Some(slot)) = (&result, this.slot.take()) {
+                slot.body_ended(Outcome::Word(error.outcome()));
+            }
         }
         Poll::Ready(result)
     }
@@ -273,6 +295,16 @@ pub enum BodyError {
 }
 
 impl BodyError {
+    /// The word the call's trace span ends with when its body fails so: `deadline`, `timeout`,
+    /// or `error` (too large, or cut short).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            BodyError::DeadlineExceeded => outcome::DEADLINE,
+            BodyError::TimedOut { .. } => outcome::TIMEOUT,
+            BodyError::TooLarge { .. } | BodyError::Inner(_) => outcome::ERROR,
+        }
+    }
+
     /// Whether the body was larger than the limit.
     pub fn is_too_large(&self) -> bool {
         matches!(self, BodyError::TooLarge { .. })

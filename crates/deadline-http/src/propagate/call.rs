@@ -13,7 +13,7 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use super::attempt::{AttemptRequests, authority_name};
-use super::body::AttemptEnd;
+use super::body::{AttemptEnd, CallBody};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
 use super::{Target, UNNAMED_TARGET};
@@ -35,6 +35,10 @@ pub(super) struct Call<S, B> {
     pub(super) metrics: crate::metrics_hook::CallHook,
     /// Backoff, retry budgets and draws, shared by the client's clones.
     pub(super) retries: Arc<Retries>,
+    /// The largest response body a call reads.
+    pub(super) max_body: u64,
+    /// Whether each attempt's request carries its end (for an evicting client below).
+    pub(super) mark_attempts: bool,
 }
 
 /// How the last attempt that did not succeed ended.
@@ -58,7 +62,7 @@ where
     RB: Send,
 {
     /// Plans, sends and judges attempts until one is returned or the planner stops.
-    pub(super) async fn run(self) -> Result<Response<RB>, CallError> {
+    pub(super) async fn run(self) -> Result<Response<CallBody<RB>>, CallError> {
         if let Some(delay) = self.retries.hedge_for(&self.request, &self.policy) {
             return self.run_hedged(delay).await;
         }
@@ -73,6 +77,8 @@ where
             dialects,
             metrics,
             retries,
+            max_body,
+            mark_attempts,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
@@ -81,13 +87,17 @@ where
         let mut requests =
             AttemptRequests::new(request, policy.attempts(), explicit).dialects(dialects);
         let mut plan = Plan::new(policy);
-        let mut last: Option<Failure<RB>> = None;
+        let mut last: Option<Failure<CallBody<RB>>> = None;
         let mut answer = LastAnswer::default();
+        // The retry budget, looked up by its key (the configured target, or the URI's
+        // authority) at the first plan.
+        let mut budget = None;
         loop {
             let now = Instant::now();
-            // The retry budget's key: the configured target, or the URI's authority.
-            let key = target_name(target.as_deref(), &requests);
-            let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, key);
+            let budget = budget.get_or_insert_with(|| {
+                retries.budget(target_name(target.as_deref(), &requests), &policy, now)
+            });
+            let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, budget);
             let Paced {
                 decision,
                 start,
@@ -98,9 +108,10 @@ where
                 PacedDecision::Stop(stop) => {
                     metrics.stopped(&stop);
                     let target = || target_name(target.as_deref(), &requests).to_owned();
-                    let result = stopped(last, plan.sent() - unsent, stop, &policy, target);
-                    if let Some(record) = &mut record {
+                    let mut result = stopped(last, plan.sent() - unsent, stop, &policy, target);
+                    if let Some(mut record) = record.take() {
                         record.stopped(start, stop, &result);
+                        report_body(&mut result, record);
                     }
                     return result;
                 }
@@ -117,19 +128,16 @@ where
             };
             metrics.attempt(plan.sent());
             let _calling = record.as_mut().map(|record| record.begin(sent_at));
-            let capped = attempt.wait < policy.timeout();
             // The attempt's wait covers its response's body too (see `body`).
-            let until = AttemptEnd {
-                at: sent_at + attempt.wait,
-                capped,
-                timeout: policy.timeout(),
-            };
+            let until = AttemptEnd::of(sent_at, &attempt, &policy);
             // For the client below: a connection an attempt timed out on is not reused.
-            attempt_request.extensions_mut().insert(until);
+            if mark_attempts {
+                attempt_request.extensions_mut().insert(until);
+            }
             let outcome = tokio::time::timeout_at(until.at, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
                 let response = ready.call(attempt_request).await.map_err(Into::into)?;
-                Ok(until.mark(response))
+                Ok(until.bound(response, max_body))
             })
             .await;
             let end = Instant::now();
@@ -137,14 +145,17 @@ where
                 outcome,
                 end,
                 record.as_mut(),
-                capped,
+                until.capped,
                 attempt.budget,
                 &mut answer,
             ) {
                 Ok(response) => {
-                    let key = target_name(target.as_deref(), &requests);
-                    retries.succeeded(key, &policy, plan.sent(), 0, end);
-                    return Ok(response);
+                    budget.succeeded(plan.sent(), 0);
+                    let mut result = Ok(response);
+                    if let Some(record) = record.take() {
+                        report_body(&mut result, record);
+                    }
+                    return result;
                 }
                 Err(failure) => last = Some(failure),
             }
@@ -154,6 +165,18 @@ where
 
 /// The downstream's name: the configured (or already looked-up) one, else the URI's authority
 /// while the call still holds its request.
+/// Records the call now; a response's body then reports to the call's span how it ends (a body
+/// that fails after the head came corrects the span's outcome).
+pub(super) fn report_body<RB>(
+    result: &mut Result<Response<CallBody<RB>>, CallError>,
+    record: CallRecord,
+) {
+    let slot = record.into_slot();
+    if let Ok(response) = result {
+        response.body_mut().report_to(slot);
+    }
+}
+
 pub(super) fn target_name<'a, B: Clone>(
     target: Option<&'a str>,
     requests: &'a AttemptRequests<B>,

@@ -86,7 +86,7 @@ impl DeadlineClient {
         policy: CallPolicy,
     ) -> DeadlineClient {
         DeadlineClient {
-            service: PropagateDeadline::new(Evicting { client }, policy),
+            service: PropagateDeadline::new(Evicting { client }, policy).mark_attempts(),
         }
     }
 

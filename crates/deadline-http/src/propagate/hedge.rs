@@ -37,8 +37,8 @@ use tower_service::Service;
 
 use super::UNNAMED_TARGET;
 use super::attempt::AttemptRequests;
-use super::body::AttemptEnd;
-use super::call::{Call, Failure, start_record, stopped, target_name};
+use super::body::{AttemptEnd, CallBody};
+use super::call::{Call, Failure, report_body, start_record, stopped, target_name};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
 use crate::error::{BoxError, CallError};
@@ -106,30 +106,28 @@ impl Drop for Hedged {
     }
 }
 
-/// One attempt: readiness and the call, within its wait.
-/// The response is marked with the attempt's end, which bounds its body too.
-async fn flight<S, B, RB>(mut inner: S, mut request: Request<B>, until: AttemptEnd) -> Outcome<RB>
+/// One attempt: readiness and the call, within its wait, which bounds its response's body too.
+async fn flight<S, B, RB>(
+    mut inner: S,
+    mut request: Request<B>,
+    until: AttemptEnd,
+    max_body: u64,
+    mark: bool,
+) -> Outcome<CallBody<RB>>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
 {
     // For the client below: a connection an attempt timed out on is not reused.
-    request.extensions_mut().insert(until);
+    if mark {
+        request.extensions_mut().insert(until);
+    }
     tokio::time::timeout_at(until.at, async move {
         let ready = inner.ready().await.map_err(Into::into)?;
         let response = ready.call(request).await.map_err(Into::into)?;
-        Ok(until.mark(response))
+        Ok(until.bound(response, max_body))
     })
     .await
-}
-
-/// The end of `attempt`'s wait, sent at `at` under `policy`.
-fn attempt_end(at: Instant, attempt: &Attempt, policy: &CallPolicy) -> AttemptEnd {
-    AttemptEnd {
-        at: at + attempt.wait,
-        capped: attempt.wait < policy.timeout(),
-        timeout: policy.timeout(),
-    }
 }
 
 /// What woke the loop.
@@ -149,7 +147,10 @@ where
     RB: Send,
 {
     /// The call with hedges after `delay` (see the [module docs](self)).
-    pub(super) async fn run_hedged(self, delay: HedgeDelay) -> Result<Response<RB>, CallError> {
+    pub(super) async fn run_hedged(
+        self,
+        delay: HedgeDelay,
+    ) -> Result<Response<CallBody<RB>>, CallError> {
         let Call {
             inner,
             policy,
@@ -161,6 +162,8 @@ where
             dialects,
             metrics,
             retries,
+            max_body,
+            mark_attempts,
         } = self;
         let (target, record) = start_record(target, context, &request);
         let name = || {
@@ -176,17 +179,21 @@ where
         let mut requests =
             AttemptRequests::new(request, policy.attempts(), explicit).dialects(dialects);
         let mut plan = Plan::new(policy);
-        let mut last: Option<Failure<RB>> = None;
+        let mut last: Option<Failure<CallBody<RB>>> = None;
         let mut answer = LastAnswer::default();
         let mut flights = Vec::new();
         let mut hedge_timer: Option<(Instant, Pin<Box<Sleep>>)> = None;
         let mut first_sent: Option<Instant> = None;
+        // The retry budget, looked up at the first plan (see `Call::run`).
+        let mut budget = None;
         loop {
             if flights.is_empty() {
                 hedge_timer = None;
                 let now = Instant::now();
-                let key = target_name(target.as_deref(), &requests);
-                let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, key);
+                let budget = budget.get_or_insert_with(|| {
+                    retries.budget(target_name(target.as_deref(), &requests), &policy, now)
+                });
+                let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, budget);
                 let Paced {
                     decision,
                     start,
@@ -196,9 +203,10 @@ where
                     PacedDecision::Send(Delayed { attempt, .. }) => (start, attempt),
                     PacedDecision::Stop(stop) => {
                         metrics.stopped(&stop);
-                        let result = stopped(last, plan.sent() - unsent, stop, &policy, name);
-                        if let Some(record) = &mut hedged.record {
+                        let mut result = stopped(last, plan.sent() - unsent, stop, &policy, name);
+                        if let Some(mut record) = hedged.record.take() {
                             record.stopped(start, stop, &result);
+                            report_body(&mut result, record);
                         }
                         return result;
                     }
@@ -212,7 +220,9 @@ where
                 flights.push(Box::pin(flight(
                     inner.clone(),
                     request,
-                    attempt_end(at, &attempt, &policy),
+                    AttemptEnd::of(at, &attempt, &policy),
+                    max_body,
+                    mark_attempts,
                 )));
                 hedged.out.push(Flight::new(at, &attempt, &policy));
                 hedge_timer = next_hedge(&retries, delay, at);
@@ -238,15 +248,23 @@ where
                     let Some((at, _)) = hedge_timer.take() else {
                         continue;
                     };
-                    let key = target_name(target.as_deref(), &requests);
-                    match retries.plan_hedge(&requests, &mut plan, deadline, at, key) {
+                    let Some(budget) = &budget else {
+                        continue;
+                    };
+                    match retries.plan_hedge(&requests, &mut plan, deadline, at, budget) {
                         PacedDecision::Send(Delayed { attempt, .. }) => {
                             let Some(request) = requests.next(plan.sent(), attempt.budget) else {
                                 continue;
                             };
                             metrics.hedge();
-                            let until = attempt_end(at, &attempt, &policy);
-                            flights.push(Box::pin(flight(inner.clone(), request, until)));
+                            let until = AttemptEnd::of(at, &attempt, &policy);
+                            flights.push(Box::pin(flight(
+                                inner.clone(),
+                                request,
+                                until,
+                                max_body,
+                                mark_attempts,
+                            )));
                             hedged.out.push(Flight::new(at, &attempt, &policy));
                             hedge_timer = next_hedge(&retries, delay, at);
                         }
@@ -273,8 +291,9 @@ where
                                 // The winner: the others lose, and are dropped (hung up) here.
                                 drop(flights);
                                 let lost = hedged.out.iter().filter(|f| f.number > 1).count();
-                                let key = target_name(target.as_deref(), &requests);
-                                retries.succeeded(key, &policy, flight.number, lost, end);
+                                if let Some(budget) = &budget {
+                                    budget.succeeded(flight.number, lost);
+                                }
                                 hedged.close_all(end, outcome::LOST);
                                 if let Some(record) = &mut hedged.record {
                                     record.attempt(flight.sent_at, end, Ok(&response));
@@ -282,7 +301,11 @@ where
                                 }
                                 let since = first_sent.unwrap_or(flight.sent_at);
                                 retries.observe(end.saturating_duration_since(since));
-                                return Ok(response);
+                                let mut result = Ok(response);
+                                if let Some(record) = hedged.record.take() {
+                                    report_body(&mut result, record);
+                                }
+                                return result;
                             }
                             if let Some(record) = &mut hedged.record {
                                 record.attempt(flight.sent_at, end, Ok(&response));

@@ -129,6 +129,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             retries: Arc::clone(&self.retries),
             deadline_answers: self.deadline_answers,
             max_body: self.max_body,
+            mark_attempts: false,
         }
     }
 }

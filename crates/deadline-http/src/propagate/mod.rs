@@ -250,6 +250,11 @@ pub struct PropagateDeadline<S> {
     deadline_answers: bool,
     /// The largest response body read, in bytes.
     max_body: u64,
+    /// Each attempt's request carries its [`AttemptEnd`] in its extensions, for an inner client
+    /// that acts on an attempt that ran to its end (`DeadlineClient`'s pool evicts the
+    /// connection). Off for any other inner service: an extension costs an attempt three
+    /// allocations.
+    mark_attempts: bool,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -281,7 +286,14 @@ impl<S> PropagateDeadline<S> {
             retries: Retries::new(RetrySettings::default()),
             deadline_answers: false,
             max_body: DEFAULT_MAX_BODY,
+            mark_attempts: false,
         }
+    }
+
+    /// Puts each attempt's [`AttemptEnd`] in its request's extensions (see the field).
+    pub(super) fn mark_attempts(mut self) -> PropagateDeadline<S> {
+        self.mark_attempts = true;
+        self
     }
 
     /// With `true`, a call that ends with the callee saying that the deadline ran out there
@@ -468,13 +480,13 @@ impl<S> PropagateDeadline<S> {
             dialects: self.dialects.clone(),
             metrics,
             retries: Arc::clone(&self.retries),
+            max_body: self.max_body,
+            mark_attempts: self.mark_attempts,
         };
-        let max_body = self.max_body;
         match answer_target {
-            None => ResponseFuture::new(async move { Ok(body::wrap(call.run().await?, max_body)) }),
+            None => ResponseFuture::new(call.run()),
             Some(target) => ResponseFuture::new(async move {
-                let response = answers::deadline_answer_as_error(call.run().await, &target)?;
-                Ok(body::wrap(response, max_body))
+                answers::deadline_answer_as_error(call.run().await, &target)
             }),
         }
     }

@@ -14,7 +14,7 @@ use deadline::trace::{
 use http::{Response, StatusCode};
 use tokio::time::Instant;
 
-use crate::context::{ActivityGuard, DeadlineContext};
+use crate::context::{ActivityGuard, CallSlot, DeadlineContext};
 use crate::error::CallError;
 
 /// The call's span under construction, recorded into the context when dropped.
@@ -28,6 +28,8 @@ pub(super) struct CallRecord {
     in_flight: Option<u64>,
     /// How the call ended; `None` while it runs (and so when its future is dropped).
     outcome: Option<Outcome>,
+    /// Recorded into the context already (by [`into_slot`](Self::into_slot)).
+    recorded: bool,
 }
 
 impl CallRecord {
@@ -52,6 +54,7 @@ impl CallRecord {
             },
             in_flight: None,
             outcome: None,
+            recorded: false,
         }
     }
 
@@ -155,8 +158,15 @@ fn callee_trace<RB>(response: &Response<RB>) -> Option<EncodedTrace> {
         .map(|value| EncodedTrace::new(value.clone()))
 }
 
-impl Drop for CallRecord {
-    fn drop(&mut self) {
+impl CallRecord {
+    /// Records the call into the context now, and where: its response's body corrects the
+    /// outcome through the slot if it fails later.
+    pub(super) fn into_slot(mut self) -> CallSlot {
+        self.record()
+    }
+
+    fn record(&mut self) -> CallSlot {
+        self.recorded = true;
         let now = Instant::now();
         self.close(now, Outcome::Word(outcome::CANCELLED), None);
         self.call.end_ms = self.context.ms_since_arrival(now);
@@ -168,6 +178,14 @@ impl Drop for CallRecord {
             attempts: std::mem::take(&mut self.call.attempts),
             ..self.call
         };
-        self.context.record_call(call);
+        self.context.record_call(call)
+    }
+}
+
+impl Drop for CallRecord {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.record();
+        }
     }
 }

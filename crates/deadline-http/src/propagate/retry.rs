@@ -99,7 +99,7 @@ pub(super) struct Retries {
     settings: RetrySettings,
     draws: Draws,
     /// One budget per target, made at its first call.
-    budgets: Mutex<HashMap<Arc<str>, RetryBudget>>,
+    budgets: Mutex<HashMap<Arc<str>, Arc<Mutex<RetryBudget>>>>,
     /// Latencies of hedged calls, for a percentile hedge delay.
     latencies: Mutex<Latencies>,
 }
@@ -128,7 +128,7 @@ impl Retries {
         deadline: Option<Deadline>,
         now: Instant,
         last: &LastAnswer,
-        target: &str,
+        budget: &TargetBudget,
     ) -> PacedDecision {
         if let Some(stop) = exhausted(requests, plan) {
             return stop;
@@ -146,21 +146,19 @@ impl Retries {
             );
         }
         let draw = self.draws.next();
-        let budget = self.settings.budget;
+        let config = self.settings.budget;
         let first = plan.sent() == 0;
         // A shed is retried only with a bucket's permission (`deadline::plan::retry`, "A shed").
         let shed = last.is_shed();
         let decision = plan.next_retry(&self.settings.rules, deadline, std_now, draw, last, {
-            |_: &Delayed| match budget {
+            |_: &Delayed| match config {
                 None => !shed,
                 Some(config) if shed && config.retry_bucket().is_none() => false,
-                Some(config) => self.withdraw(target, config, std_now),
+                Some(_) => budget.with(|b| b.try_withdraw(std_now)).unwrap_or(true),
             }
         });
         if first && matches!(decision, PacedDecision::Send(_)) {
-            if let Some(config) = budget {
-                self.with_budget(target, config, std_now, |b| b.deposit(std_now));
-            }
+            budget.with(|b| b.deposit(std_now));
         }
         decision
     }
@@ -199,15 +197,14 @@ impl Retries {
         plan: &mut Plan,
         deadline: Option<Deadline>,
         now: Instant,
-        target: &str,
+        budget: &TargetBudget,
     ) -> PacedDecision {
         if let Some(stop) = exhausted(requests, plan) {
             return stop;
         }
         let std_now = crate::time::to_std(now);
-        let budget = self.settings.budget;
         match plan.next_hedge(deadline, std_now, |_| {
-            budget.is_none_or(|config| self.withdraw(target, config, std_now))
+            budget.with(|b| b.try_withdraw(std_now)).unwrap_or(true)
         }) {
             deadline::Decision::Send(attempt) => PacedDecision::Send(Delayed {
                 delay: Duration::ZERO,
@@ -217,23 +214,41 @@ impl Retries {
         }
     }
 
-    /// The call to `target` under `policy` got a usable answer at `now` from its attempt
-    /// `number` (1: the first), and `lost` other retries or hedges were still out (they lose,
-    /// but did not fail): the retry budget's bucket gains its top-up for a first attempt, and
-    /// takes back the token of every retry or hedge that did not fail.
-    pub(super) fn succeeded(
-        &self,
-        target: &str,
-        policy: &CallPolicy,
-        number: u32,
-        lost: usize,
-        now: Instant,
-    ) {
+    /// The retry budget of the calls to `target` under `policy`, made at its first call (the
+    /// key is copied only then, so a call to a known target allocates nothing): none without a
+    /// budget, or with propagation off (the baseline draws from no budget).
+    pub(super) fn budget(&self, target: &str, policy: &CallPolicy, now: Instant) -> TargetBudget {
         let Some(config) = self.settings.budget.filter(|_| policy.propagate()) else {
-            return;
+            return TargetBudget(None);
+        };
+        // A poisoned lock only means another call panicked mid-update of plain counters.
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(budget) = budgets.get(target) {
+            return TargetBudget(Some(Arc::clone(budget)));
+        }
+        let key = if budgets.len() < MAX_BUDGETS {
+            target
+        } else {
+            ""
         };
         let now = crate::time::to_std(now);
-        self.with_budget(target, config, now, |b| {
+        let budget = budgets
+            .entry(Arc::from(key))
+            .or_insert_with(|| Arc::new(Mutex::new(RetryBudget::new(config, now))));
+        TargetBudget(Some(Arc::clone(budget)))
+    }
+}
+
+/// One target's retry budget, looked up once per call ([`Retries::budget`]): the call's
+/// deposit, withdrawals and refunds then lock only this budget, and hash no name.
+#[derive(Debug)]
+pub(super) struct TargetBudget(Option<Arc<Mutex<RetryBudget>>>);
+
+impl TargetBudget {
+    /// The call's first attempt, or attempt `number` after failed ones, succeeded, and `lost`
+    /// hedges lost the race to it: the target's budget gets its tokens back.
+    pub(super) fn succeeded(&self, number: u32, lost: usize) {
+        self.with(|b| {
             if number <= 1 {
                 b.first_attempt_succeeded();
             } else {
@@ -245,33 +260,12 @@ impl Retries {
         });
     }
 
-    fn withdraw(&self, target: &str, config: RetryBudgetConfig, now: std::time::Instant) -> bool {
-        self.with_budget(target, config, now, |b| b.try_withdraw(now))
-    }
-
-    /// Runs `f` on the budget of `target`, made at its first call (the key is copied only
-    /// then, so a call to a known target allocates nothing).
-    fn with_budget<T>(
-        &self,
-        target: &str,
-        config: RetryBudgetConfig,
-        now: std::time::Instant,
-        f: impl FnOnce(&mut RetryBudget) -> T,
-    ) -> T {
+    /// Runs `f` on the budget, if the calls have one.
+    fn with<T>(&self, f: impl FnOnce(&mut RetryBudget) -> T) -> Option<T> {
+        let budget = self.0.as_ref()?;
         // A poisoned lock only means another call panicked mid-update of plain counters.
-        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(budget) = budgets.get_mut(target) {
-            return f(budget);
-        }
-        let key = if budgets.len() < MAX_BUDGETS {
-            target
-        } else {
-            ""
-        };
-        let budget = budgets
-            .entry(Arc::from(key))
-            .or_insert_with(|| RetryBudget::new(config, now));
-        f(budget)
+        let mut budget = budget.lock().unwrap_or_else(|e| e.into_inner());
+        Some(f(&mut budget))
     }
 }
 

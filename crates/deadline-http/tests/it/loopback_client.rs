@@ -61,8 +61,11 @@ where
     addr
 }
 
-/// Echoes the budget and request id it received, with a canned trace of its own.
+/// Echoes the budget and request id it received, with a canned trace of its own, after taking
+/// the 5 ms its trace says it took (a caller holds a callee's spans inside the attempt, so a
+/// trace claiming more time than the attempt lasted would be cut to it).
 async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    tokio::time::sleep(Duration::from_millis(6)).await;
     let mut response = Response::new(Full::new(Bytes::new()));
     let headers = response.headers_mut();
     let budgets: Vec<&str> = request

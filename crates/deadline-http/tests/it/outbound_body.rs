@@ -284,3 +284,87 @@ async fn over_h2_a_connection_an_attempt_timed_out_on_is_not_reused() {
         "the call after the timeout dialled a new connection"
     );
 }
+
+/// The outcome of the one call span `ctx` recorded.
+fn call_outcome(ctx: &deadline_http::DeadlineContext) -> (Option<String>, Option<String>) {
+    let (spans, _) = ctx.take_spans();
+    let [call] = spans.as_slice() else {
+        panic!("one call span: {spans:?}");
+    };
+    let attempt = call.children.last().expect("an attempt");
+    (call.outcome.clone(), attempt.outcome.clone())
+}
+
+/// A call returns when its response head arrives; a body that then fails is the call's outcome
+/// in the hop's trace (the call and the attempt that got it), not the head's 200.
+#[tokio::test]
+async fn a_body_that_fails_after_the_head_is_the_calls_outcome_in_the_trace() {
+    let (addr, _ends) = hostile(Hostile::Stall).await;
+    let client = DeadlineClient::new(policy(30_000)).target("inventory");
+    let start = Instant::now();
+    let deadline = Deadline::after_duration(start.into_std(), ms(600));
+    let ctx = deadline_http::DeadlineContext::new(Some(deadline), ms(10), start);
+    let error = ctx
+        .clone()
+        .scope(async {
+            let response = client.get(format!("http://{addr}/")).await.expect("a head");
+            bounded(response.into_body().collect()).await.unwrap_err()
+        })
+        .await;
+    assert!(error.is_deadline(), "{error}");
+    let deadline = Some("deadline".to_owned());
+    assert_eq!(call_outcome(&ctx), (deadline.clone(), deadline));
+
+    // Without a deadline the attempt's timeout ends the body: `timeout`.
+    let (addr, _ends) = hostile(Hostile::Stall).await;
+    let client = DeadlineClient::new(policy(300)).target("inventory");
+    let ctx = deadline_http::DeadlineContext::new(None, ms(10), Instant::now());
+    ctx.clone()
+        .scope(async {
+            let response = client.get(format!("http://{addr}/")).await.expect("a head");
+            bounded(response.into_body().collect()).await.unwrap_err()
+        })
+        .await;
+    let timeout = Some("timeout".to_owned());
+    assert_eq!(call_outcome(&ctx), (timeout.clone(), timeout));
+}
+
+/// A gRPC status in the body's trailers (after messages) is the call's outcome in the trace, as
+/// the HTTP status it stands for: DEADLINE_EXCEEDED is `504`.
+#[tokio::test]
+async fn a_grpc_status_in_the_trailers_is_the_calls_outcome_in_the_trace() {
+    use deadline_http::PropagateDeadline;
+    use tower::ServiceExt;
+
+    let callee = tower::service_fn(|_request: Request<http_body_util::Full<Bytes>>| async {
+        let (mut tx, body) = Channel::<Bytes, Infallible>::new(2);
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("4"));
+        tokio::spawn(async move {
+            let _ = tx.send_data(Bytes::from_static(b"\0\0\0\0\0")).await;
+            let _ = tx.send_trailers(trailers).await;
+        });
+        let mut response = Response::new(body);
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        Ok::<_, Infallible>(response)
+    });
+    let service = PropagateDeadline::new(callee, policy(1_000)).target("inventory");
+    let ctx = deadline_http::DeadlineContext::new(None, ms(10), Instant::now());
+    let mut request = Request::new(http_body_util::Full::new(Bytes::new()));
+    *request.uri_mut() = "http://inventory/Watch".parse().expect("a uri");
+    let body = ctx
+        .clone()
+        .scope(async {
+            let response = service.oneshot(request).await.expect("a response");
+            bounded(response.into_body().collect())
+                .await
+                .expect("a whole body")
+        })
+        .await;
+    assert!(body.trailers().is_some());
+    let status = Some("504".to_owned());
+    assert_eq!(call_outcome(&ctx), (status.clone(), status));
+}
