@@ -401,9 +401,14 @@ async fn run_once(
         let id = format!("load-{}-{i}", args.seed);
         let class = args.budget_mix.as_ref().map_or(0, |mix| mix.class_of(i));
         let wait = Duration::from_millis(waits[class]);
-        let budget = user_budget(waits[class], args.margin);
+        let margin = args.margin;
         users.spawn(async move {
-            let result = client.one(&url, &id, Some(budget), wait).await;
+            // The user arrived at `due` and waits `wait` from then. A generator running late
+            // (or a spawned task that starts late) has already spent part of that wait, so the
+            // user sends what is left of it and gives up at `due + wait`: a late generator
+            // must not hand out time the user no longer has.
+            let (budget, left) = budget_left(due, wait, margin, Instant::now());
+            let result = client.one(&url, &id, Some(budget), left).await;
             progress.inc(1);
             result.map(|user| {
                 let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;
@@ -792,6 +797,11 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         return Ok(exit(args.check, passed));
     }
     table::print_table(&args, &placement, &runs);
+    for run in &runs {
+        if let Some(warning) = schedule_warning(args.rate, run) {
+            println!("{warning}");
+        }
+    }
     if let Some(path) = &args.svg {
         println!("Chart written to {}.", path.display());
     }
@@ -861,5 +871,60 @@ impl LoadArgs {
             }
         );
         base + &extra
+    }
+}
+
+/// The send lateness (p99) beyond which a run says the generator could not keep its schedule.
+const LATE_P99_MS: f64 = 10.0;
+
+/// A warning when `run`'s generator fell behind the schedule of `rate` users a second: its
+/// users were sent late (their budgets already cut by the time lost) or fewer than offered, so
+/// the run measured a lighter load than the one asked for.
+fn schedule_warning(rate: f64, run: &LoadRun) -> Option<String> {
+    let behind = run.send_lateness_p99_ms > LATE_P99_MS || run.achieved_rate < rate * 0.97;
+    behind.then(|| {
+        format!(
+            "warning: the generator could not keep its schedule {} deadlines: {:.1}/s sent of \
+             {rate}/s offered, send lateness p99 {:.1} ms, worst {:.1} ms (each late user sent \
+             only what was left of its wait)",
+            if run.deadlines { "with" } else { "without" },
+            run.achieved_rate,
+            run.send_lateness_p99_ms,
+            run.worst_send_lateness_ms
+        )
+    })
+}
+
+/// What a user who arrived at `due` and waits `wait` sends at `now`: the budget (what is left of
+/// the wait, less `margin`; at least 1 ms) and how long it still waits.
+fn budget_left(due: Instant, wait: Duration, margin: u64, now: Instant) -> (u64, Duration) {
+    let left = (due + wait).saturating_duration_since(now);
+    let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+    (user_budget(left_ms, margin), left)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::budget_left;
+
+    #[test]
+    fn a_late_send_carries_only_what_is_left_of_the_users_wait() {
+        let due = Instant::now();
+        let wait = Duration::from_millis(2_000);
+        // On time: the whole wait less the margin.
+        assert_eq!(budget_left(due, wait, 50, due), (1_950, wait));
+        // 190 ms late: 190 ms less of both.
+        let late = due + Duration::from_millis(190);
+        assert_eq!(
+            budget_left(due, wait, 50, late),
+            (1_760, Duration::from_millis(1_810))
+        );
+        // Later than the whole wait: nothing left to wait, the smallest budget.
+        let gone = due + Duration::from_millis(2_500);
+        assert_eq!(budget_left(due, wait, 50, gone), (1, Duration::ZERO));
     }
 }
