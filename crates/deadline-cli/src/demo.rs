@@ -11,6 +11,7 @@ use clap::Args;
 use deadline::trace::name;
 use serde::Serialize;
 
+use crate::demo_run::DemoRun;
 use crate::grpc::{Protocol, Users};
 use crate::harness::{Chain, Scenario, TempDir, UserResult, user_budget, with_margin};
 use crate::holds::HoldLine;
@@ -69,40 +70,6 @@ pub(crate) struct DemoArgs {
     /// after the user left, sampled from `pg_stat_activity`.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
-}
-
-/// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct DemoRun {
-    /// Which chain ran, when it was not this project's (`deadline demo --peer`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) chain: Option<&'static str>,
-    pub(crate) deadlines: bool,
-    pub(crate) user_status: Option<u16>,
-    /// The gRPC status the user heard (`--protocol grpc`); `user_status` is then the HTTP status
-    /// it stands for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) user_grpc_status: Option<String>,
-    pub(crate) user_heard_back_ms: Option<f64>,
-    pub(crate) user_gave_up_ms: Option<f64>,
-    pub(crate) calls: usize,
-    pub(crate) calls_after_user_left: usize,
-    pub(crate) last_work_end_ms: f64,
-    worker_ms: f64,
-    worker_ms_after_user_left: f64,
-    user_trace: Option<String>,
-    user_body: Option<String>,
-    /// With `--postgres`: the database's own figures, from `pg_stat_activity`.
-    #[serde(flatten)]
-    database: Option<crate::pg::DbFigures>,
-    /// With `--postgres`: ms from the moment the user stopped waiting to the first sample of
-    /// `pg_stat_activity` with none of inventory's statements active.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    db_empty_ms_after_user_left: Option<f64>,
-    #[serde(skip)]
-    holds: Vec<HoldLine>,
-    #[serde(skip)]
-    start_ms: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -569,44 +536,6 @@ fn print_comparison(runs: &[DemoRun]) {
             "database time after the user left: {:.2} s, not {:.2} s.",
             w.db_seconds_after_users_left, wo.db_seconds_after_users_left
         );
-    }
-}
-
-impl DemoRun {
-    /// What the user heard: the gRPC status's name for a gRPC user, else the HTTP status.
-    pub(crate) fn heard(&self) -> Option<String> {
-        self.user_grpc_status
-            .clone()
-            .or_else(|| self.user_status.map(|s| s.to_string()))
-    }
-
-    /// Worker time after the user left, in ms.
-    pub(crate) fn waste_ms(&self) -> f64 {
-        self.worker_ms_after_user_left
-    }
-
-    /// When the user heard back or gave up, in ms from when they sent.
-    pub(crate) fn user_left_ms(&self) -> f64 {
-        self.user_heard_back_ms
-            .or(self.user_gave_up_ms)
-            .unwrap_or(0.0)
-    }
-
-    /// What the timeline draws of this run.
-    fn timeline(&self) -> svg::TimelineRun<'_> {
-        svg::TimelineRun {
-            label: self.chain,
-            deadlines: self.deadlines,
-            holds: &self.holds,
-            start_ms: self.start_ms,
-            user_status: self.user_status,
-            user_heard_back_ms: self.user_heard_back_ms,
-            user_left_ms: self.user_left_ms(),
-            calls: self.calls,
-            calls_after_user_left: self.calls_after_user_left,
-            last_work_end_ms: self.last_work_end_ms,
-            db_seconds_after_user_left: self.database.map(|d| d.db_seconds_after_users_left),
-        }
     }
 }
 

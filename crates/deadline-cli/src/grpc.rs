@@ -29,7 +29,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::harness::{Heard, Hop, UserClient, UserResult, hear, one_user, user_client};
-use crate::service::text;
+use crate::reply::text;
 
 const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
 const TE: HeaderName = HeaderName::from_static("te");
@@ -265,7 +265,7 @@ pub(crate) async fn downstream_answer(
         Ok(reply) => reply,
         Err(err) => {
             if let Some(error) = err.downcast_ref::<BodyError>() {
-                return crate::service::body_failed(name, error);
+                return crate::reply::body_failed(name, error);
             }
             return text(
                 StatusCode::BAD_GATEWAY,

@@ -6,6 +6,7 @@
 mod bench;
 mod call;
 mod demo;
+mod demo_run;
 mod dialect_args;
 mod grpc;
 mod harness;
@@ -17,6 +18,7 @@ mod outage;
 mod peer;
 mod pg;
 mod placement;
+mod reply;
 mod service;
 mod shutdown;
 mod slowness;

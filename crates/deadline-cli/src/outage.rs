@@ -110,7 +110,7 @@ impl Outage {
 
     /// The outage's answer: 503, no work done.
     pub(crate) fn answer(name: &str) -> Response<Full<Bytes>> {
-        crate::service::text(
+        crate::reply::text(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{name}: unavailable (outage)\n"),
         )

@@ -20,7 +20,7 @@ use anyhow::{Context as _, bail};
 use clap::ValueEnum;
 use serde::Serialize;
 
-use crate::demo::DemoRun;
+use crate::demo_run::DemoRun;
 
 /// The grpc-js hop: one service of the chain, written with `@grpc/grpc-js` alone.
 pub(crate) const SERVICE_JS: &str = include_str!("peer/grpcjs_service.js");

@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use crate::holds::epoch_ms_now;
-use crate::service::text;
+use crate::reply::text;
 
 /// How often the sampler reads `pg_stat_activity`.
 const SAMPLE_EVERY: Duration = Duration::from_millis(5);

@@ -20,8 +20,8 @@ use deadline_http::enforce::{
 use deadline_http::log_limit::LogLimit;
 use deadline_http::metrics::DeadlineMetrics;
 use deadline_http::propagate::{
-    BodyError, Callee504, DEFAULT_MAX_BODY, DeadlineClient, H2_KEEP_ALIVE_INTERVAL,
-    H2_KEEP_ALIVE_TIMEOUT, RetryBudgetConfig,
+    Callee504, DEFAULT_MAX_BODY, DeadlineClient, H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT,
+    RetryBudgetConfig,
 };
 use deadline_http::serve::ServeOptions;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
@@ -37,6 +37,7 @@ use crate::dialect_args::DialectArgs;
 use crate::grpc::{self, DownstreamProtocol};
 use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
 use crate::outage::{BudgetArg, HedgeArg, Outage, PerAttempt, Window, do_not_retry};
+use crate::reply::{body_failed, text};
 use crate::shutdown::{shutdown_signal, stdin_closed};
 use crate::slowness::is_slow;
 use crate::stream::{self, StreamArg, StreamBody, StreamHop};
@@ -727,16 +728,6 @@ impl IdMaker {
     }
 }
 
-pub(crate) fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
-}
-
 async fn handle(
     config: Arc<HandlerConfig>,
     req: Request<Incoming>,
@@ -852,25 +843,6 @@ fn relay(status: StatusCode, prefix: &str, body: Bytes) -> Response<Full<Bytes>>
     let mut response = text(status, String::new());
     *response.body_mut() = Full::new(body);
     response
-}
-
-/// The answer when a downstream's reply body could not be read whole: 504 when the deadline
-/// ended it, else 502 saying why (larger than `--max-body`, cut short, or past `--timeout`).
-pub(crate) fn body_failed(name: &str, error: &BodyError) -> Response<Full<Bytes>> {
-    match error {
-        BodyError::DeadlineExceeded => text(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!("deadline exceeded at {name}: {error}\n"),
-        ),
-        BodyError::TooLarge { limit, .. } => text(
-            StatusCode::BAD_GATEWAY,
-            format!("{name}: downstream reply body larger than --max-body {limit} bytes\n"),
-        ),
-        _ => text(
-            StatusCode::BAD_GATEWAY,
-            format!("{name}: downstream reply lost: {error}\n"),
-        ),
-    }
 }
 
 /// `--stream`: the work, then a streamed answer (see [`crate::stream`]).
