@@ -26,7 +26,7 @@ if ! command -v chromium >/dev/null 2>&1; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 if ! command -v python3 >/dev/null 2>&1; then
     echo "browser-check: python3 is needed" >&2
