@@ -45,7 +45,7 @@ fi
 
 echo "== building the deadline binary (release)" >&2
 cargo build --release --bin deadline -q
-BIN=target/release/deadline
+BIN="${CARGO_TARGET_DIR:-target}/release/deadline"
 
 WORK="$(mktemp -d)"
 SERVER_PID=""
