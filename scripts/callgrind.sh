@@ -14,10 +14,10 @@
 # instruction of every thread (hyper, tokio, the layers, the handler, the chain's client), user
 # space only (callgrind does not see the kernel). The requests come from a fixed client,
 # `deadline bench --target ADDR --requests N`, run natively: one keep-alive connection, one
-# request at a time, the same bytes every time (each carries `Deadline-Budget-Ms: 1950`), so
-# every run hands the server the same input. Subtracting two runs was chosen over
-# `--toggle-collect` or `callgrind_control`: it needs no function names (which change with
-# inlining) and no signal to a process blocked in `epoll_wait`.
+# request at a time, the same bytes every time (each carries `Deadline-Budget-Ms: 1950`, or no
+# budget header with `NO_BUDGET=1`), so every run hands the server the same input. Subtracting
+# two runs was chosen over `--toggle-collect` or `callgrind_control`: it needs no function names
+# (which change with inlining) and no signal to a process blocked in `epoll_wait`.
 #
 # Every repeat is a separate pair of runs, so the spread between repeats says how repeatable the
 # count is (it should stay well under 1 %).
@@ -27,6 +27,7 @@
 #
 # Usage: scripts/callgrind.sh [REQUESTS] [WARMUP] [REPEATS]      (defaults: 2000 200 2)
 #        VARIANTS="bare enforce" scripts/callgrind.sh            (default: all six)
+#        NO_BUDGET=1 scripts/callgrind.sh                         (requests without a budget header)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,7 +85,7 @@ instructions() {
         cat "$run.err" >&2
         return 1
     fi
-    "$BIN" bench --target "$addr" --requests "$count"
+    "$BIN" bench --target "$addr" --requests "$count" ${NO_BUDGET:+--no-budget}
     # Closing stdin is the server's signal to drain and exit; callgrind then writes its file.
     eval "exec $SERVER_FD>&-"
     SERVER_FD=""

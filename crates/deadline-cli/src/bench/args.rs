@@ -27,6 +27,10 @@ pub(crate) struct BenchArgs {
     /// The budget every request carries, in ms.
     #[arg(long, default_value_t = 1_950)]
     pub(crate) budget: u64,
+    /// Send every request without a budget header, as a caller that knows nothing of deadlines
+    /// does (`--budget` is then ignored).
+    #[arg(long)]
+    pub(crate) no_budget: bool,
     /// Worker threads of the servers' runtime; 1 is a current-thread runtime on one OS thread.
     #[arg(long, default_value_t = 1)]
     pub(crate) server_threads: usize,
@@ -80,6 +84,11 @@ impl BenchArgs {
             bail!("--server-threads must be at least 1");
         }
         Ok(())
+    }
+
+    /// The budget header's value every request carries, if any.
+    pub(crate) fn budget_ms(&self) -> Option<u64> {
+        (!self.no_budget).then_some(self.budget)
     }
 }
 

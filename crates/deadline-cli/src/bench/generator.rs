@@ -28,14 +28,16 @@ pub(crate) struct Window {
     pub(crate) client_cpu: Option<Duration>,
 }
 
-/// The one request every connection sends, again and again.
-pub(crate) fn request_bytes(addr: SocketAddr, budget_ms: u64) -> Arc<[u8]> {
-    format!(
-        "GET /bench HTTP/1.1\r\nhost: {addr}\r\n{}: {budget_ms}\r\n\r\n",
-        deadline::BUDGET_HEADER
-    )
-    .into_bytes()
-    .into()
+/// The one request every connection sends, again and again: with a budget header when
+/// `budget_ms` is given, without one otherwise.
+pub(crate) fn request_bytes(addr: SocketAddr, budget_ms: Option<u64>) -> Arc<[u8]> {
+    let budget = match budget_ms {
+        Some(ms) => format!("{}: {ms}\r\n", deadline::BUDGET_HEADER),
+        None => String::new(),
+    };
+    format!("GET /bench HTTP/1.1\r\nhost: {addr}\r\n{budget}\r\n")
+        .into_bytes()
+        .into()
 }
 
 /// Drives `addr` with `connections` closed-loop connections: `warmup`, then `measure`.

@@ -16,7 +16,8 @@
 //! peers (`enforce / peer`, `chain-deadline / chain-peer`).
 //!
 //! Every request carries `Deadline-Budget-Ms` (the bare servers ignore it), so the bytes on the
-//! wire are the same for every variant. The generator holds `--connections` keep-alive HTTP/1.1
+//! wire are the same for every variant; `--no-budget` leaves it out, for what a caller that
+//! knows nothing of deadlines costs. The generator holds `--connections` keep-alive HTTP/1.1
 //! connections per variant, each sending its next request as soon as the last answer is in
 //! (saturation: a closed loop per connection). Its client is a minimal HTTP/1.1 writer and
 //! reader (no pool, no header map), so it costs the server's side of the machine as little as
@@ -75,7 +76,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             .build()?;
         client.block_on(send_sequentially(
             target,
-            &request_bytes(target, args.budget),
+            &request_bytes(target, args.budget_ms()),
             count,
         ))?;
         return Ok(ExitCode::SUCCESS);
@@ -110,7 +111,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             let addr = servers.addr(variant);
             let window = client.block_on(drive(
                 addr,
-                request_bytes(addr, args.budget),
+                request_bytes(addr, args.budget_ms()),
                 args.connections,
                 Duration::from_millis(args.warmup_ms),
                 Duration::from_secs_f64(args.seconds),
@@ -133,7 +134,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         seconds_per_round: args.seconds,
         rounds: args.rounds,
         warmup_ms: args.warmup_ms,
-        budget_ms: args.budget,
+        budget_ms: args.budget_ms(),
         server_threads: args.server_threads,
         load_average_before: load_before,
         load_average_after: load_average(),

@@ -16,7 +16,8 @@ pub(crate) struct Report {
     pub(crate) seconds_per_round: f64,
     pub(crate) rounds: u32,
     pub(crate) warmup_ms: u64,
-    pub(crate) budget_ms: u64,
+    /// The budget header's value on every request; `null` with `--no-budget`.
+    pub(crate) budget_ms: Option<u64>,
     pub(crate) server_threads: usize,
     /// `/proc/loadavg`'s three figures before and after the run (empty off Linux).
     pub(crate) load_average_before: Vec<f64>,
@@ -174,12 +175,15 @@ pub(crate) fn table(report: &Report) -> String {
     let _ = writeln!(
         out,
         "deadline bench: {} keep-alive connections per variant, {} round(s) of {} s each \
-         (after {} ms warm-up), budget {} ms, {} server thread(s), {} CPUs",
+         (after {} ms warm-up), {}, {} server thread(s), {} CPUs",
         report.connections,
         report.rounds,
         report.seconds_per_round,
         report.warmup_ms,
-        report.budget_ms,
+        report.budget_ms.map_or_else(
+            || "no budget header".to_owned(),
+            |ms| format!("budget {ms} ms")
+        ),
         report.server_threads,
         report.cpus
     );
