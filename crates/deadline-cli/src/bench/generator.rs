@@ -243,4 +243,22 @@ mod tests {
         assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err(), "no length");
         assert!(parse_head(b"garbage\r\n\r\n").is_err());
     }
+
+    #[test]
+    fn the_request_carries_a_budget_header_unless_told_not_to() {
+        let addr: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let with = request_bytes(addr, Some(1950));
+        let with = std::str::from_utf8(&with).unwrap();
+        assert!(
+            with.contains("\r\ndeadline-budget-ms: 1950\r\n"),
+            "{with:?}"
+        );
+        assert!(with.ends_with("\r\n\r\n"));
+        let without = request_bytes(addr, None);
+        let without = std::str::from_utf8(&without).unwrap();
+        assert_eq!(
+            without,
+            "GET /bench HTTP/1.1\r\nhost: 127.0.0.1:8080\r\n\r\n"
+        );
+    }
 }
