@@ -8,6 +8,8 @@ mod call;
 mod demo;
 mod demo_run;
 mod dialect_args;
+#[cfg(unix)]
+mod fd_limit;
 mod grpc;
 mod harness;
 mod holds;

@@ -320,6 +320,16 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
 /// request in flight (including baseline work whose caller left), flushes the log.
 pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let policy = validate(&args)?;
+    #[cfg(unix)]
+    match crate::fd_limit::raise_open_files() {
+        Ok(Some((before, after))) => tracing::info!(
+            before,
+            after = %after.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+            "raised the open-file limit to the hard limit (every connection is a file)"
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;

@@ -222,3 +222,72 @@ fn admin_paths_are_served_apart_from_the_public_port() {
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
 }
+
+/// The soft limit of `/proc/PID/limits`' "Max open files" line, and the hard one.
+fn open_file_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("/proc/PID/limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let mut fields = line["Max open files".len()..].split_whitespace();
+    (
+        fields.next().expect("soft").to_owned(),
+        fields.next().expect("hard").to_owned(),
+    )
+}
+
+/// Past saturation: a service started with a low soft limit on open files (1,024 is common)
+/// runs out of them under load while the hard limit allows far more, and new callers wait in
+/// the kernel's accept queue, where no budget counts. The service raises its soft limit to the
+/// hard limit at start, and says so in its log.
+#[test]
+fn the_service_raises_its_open_file_limit_to_the_hard_limit() {
+    let hard = std::process::Command::new("sh")
+        .args(["-c", "ulimit -H -n"])
+        .output()
+        .expect("sh runs");
+    let hard = String::from_utf8_lossy(&hard.stdout).trim().to_owned();
+    assert!(
+        hard == "unlimited" || hard.parse::<u64>().expect("a number") > 256,
+        "this test needs a hard open-file limit above 256 (it is {hard}): raise it to run it"
+    );
+    let mut child = std::process::Command::new("sh")
+        .args([
+            "-c",
+            r#"ulimit -S -n 256 && exec "$0" service --name fds --listen 127.0.0.1:0"#,
+            env!("CARGO_BIN_EXE_deadline"),
+        ])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let (_stdout, _addr) = crate::util::ready_addr(&mut child);
+    let (soft, hard_seen) = open_file_limits(child.id());
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("the service's output");
+    // The log's colours out, to read its fields.
+    let mut stderr = String::new();
+    let mut in_escape = false;
+    for c in String::from_utf8_lossy(&output.stderr).chars() {
+        match (in_escape, c) {
+            (false, '\x1b') => in_escape = true,
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+            (false, c) => stderr.push(c),
+        }
+    }
+    assert_eq!(
+        (soft.as_str(), hard_seen.as_str()),
+        (hard.as_str(), hard.as_str()),
+        "the soft open-file limit was not raised to the hard one"
+    );
+    assert!(
+        stderr.contains("raised the open-file limit")
+            && stderr.contains("before=256")
+            && stderr.contains(&format!("after={hard}")),
+        "the service did not say it raised the limit: {stderr}"
+    );
+}

@@ -1,0 +1,30 @@
+//! `deadline service` raises its soft limit on open files to the hard limit at start.
+//!
+//! Every connection is a file descriptor. Many systems start processes with a soft limit of
+//! 1,024 and a hard limit far above it, which a busy hop reaches long before its CPU is used
+//! up; past it, `accept` fails with "too many open files" and new callers wait in the
+//! kernel's queue, where no budget is counted, until a connection closes. A process may raise
+//! its own soft limit up to the hard limit without privileges, as servers commonly do, so the
+//! service does that once at start and says so. When even the hard limit runs out, the serve
+//! loop's accept back-off and its one warning a second say it.
+
+use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+
+/// What happened to the limit: `Some((before, after))` when it was raised, `None` when the soft
+/// limit already was the hard limit (or unlimited).
+pub(crate) fn raise_open_files() -> std::io::Result<Option<(u64, Option<u64>)>> {
+    let limit = getrlimit(Resource::Nofile);
+    match (limit.current, limit.maximum) {
+        (Some(soft), hard) if hard.is_none_or(|hard| hard > soft) => {
+            setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: hard,
+                    maximum: hard,
+                },
+            )?;
+            Ok(Some((soft, hard)))
+        }
+        _ => Ok(None),
+    }
+}
