@@ -140,7 +140,7 @@ async fn run_once(
     let url = format!("{}/order/42", chain.edge_url());
     let wait = Duration::from_millis(args.user_wait);
     let budget = user_budget(args.user_wait, args.margin);
-    let user = client.one(&url, "demo-1", Some(budget), wait).await?;
+    let user = client.one(&url, "demo-1", Some(budget), None, wait).await?;
     let holds = chain.stop().await?;
     let mut run = summarize(deadlines, &user, holds, user.sent_ms);
     if let Some(sampler) = sampler {
@@ -279,7 +279,7 @@ async fn peer_once(
     let url = format!("{}/order/42", chain.edge_url());
     let wait = Duration::from_millis(args.user_wait);
     let budget = user_budget(args.user_wait, args.margin);
-    let user = client.one(&url, "demo-1", Some(budget), wait).await?;
+    let user = client.one(&url, "demo-1", Some(budget), None, wait).await?;
     let holds = chain.stop().await?;
     let mut run = summarize(false, &user, holds, user.sent_ms);
     run.chain = Some(way.label());

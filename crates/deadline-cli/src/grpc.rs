@@ -28,7 +28,11 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::harness::{Heard, Hop, UserClient, UserResult, hear, one_user, user_client};
+use deadline::absolute::WallInstant;
+
+use crate::harness::{
+    Heard, Hop, UserClient, UserResult, absolute_header, hear, one_user, user_client,
+};
 use crate::reply::text;
 
 const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
@@ -318,21 +322,29 @@ impl Users {
     }
 
     /// One user, as [`one_user`]: sends with `budget_ms` (in `grpc-timeout` for gRPC, as a gRPC
-    /// client with that timeout does), waits at most `wait`, then gives up (dropping the call,
-    /// which resets its stream or closes its connection).
+    /// client with that timeout does) and `gives_up` (in `X-Request-Deadline`), waits at most
+    /// `wait`, then gives up (dropping the call, which resets its stream or closes its
+    /// connection).
     pub(crate) async fn one(
         &self,
         url: &str,
         id: &str,
         budget_ms: Option<u64>,
+        gives_up: Option<WallInstant>,
         wait: Duration,
     ) -> anyhow::Result<UserResult> {
         let client = match self {
-            Users::Http(client) => return one_user(client, url, id, budget_ms, wait).await,
+            Users::Http(client) => {
+                return one_user(client, url, id, budget_ms, gives_up, wait).await;
+            }
             Users::Grpc(client) => client,
         };
         let mut call = request(url, id).context("building the user's call")?;
         call.headers_mut().remove(deadline_http::IDEMPOTENCY_KEY);
+        if let Some(value) = gives_up.and_then(absolute_header) {
+            call.headers_mut()
+                .insert(deadline::absolute::REQUEST_DEADLINE_HEADER, value);
+        }
         if let Some(budget) = budget_ms.and_then(Budget::from_millis) {
             call.headers_mut().insert(
                 deadline::header::GRPC_TIMEOUT_HEADER,

@@ -27,6 +27,8 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
+use deadline::absolute::WallInstant;
+
 use crate::holds::{HoldLine, read_log};
 use crate::placement::Placement;
 
@@ -426,19 +428,24 @@ pub(crate) fn user_client() -> UserClient {
         .build(connector)
 }
 
-/// One user: sends `GET url` with `budget_ms` (if any) and request id `id`, waits at most `wait`,
-/// then gives up (dropping the request, which closes its connection).
+/// One user: sends `GET url` with `budget_ms` (if any), the instant it `gives_up` as
+/// `X-Request-Deadline` (if any) and request id `id`, waits at most `wait`, then gives up
+/// (dropping the request, which closes its connection).
 pub(crate) async fn one_user(
     client: &UserClient,
     url: &str,
     id: &str,
     budget_ms: Option<u64>,
+    gives_up: Option<WallInstant>,
     wait: Duration,
 ) -> anyhow::Result<UserResult> {
     use http_body_util::BodyExt as _;
     let mut request = http::Request::get(url).header(deadline_http::enforce::REQUEST_ID_HEADER, id);
     if let Some(budget) = budget_ms {
         request = request.header(deadline::BUDGET_HEADER, budget);
+    }
+    if let Some(value) = gives_up.and_then(absolute_header) {
+        request = request.header(deadline::absolute::REQUEST_DEADLINE_HEADER, value);
     }
     let request = request
         .body(http_body_util::Empty::new())
@@ -460,6 +467,13 @@ pub(crate) async fn one_user(
         })
     };
     Ok(hear(wait, attempt).await)
+}
+
+/// `at` as an `X-Request-Deadline` value (RFC 3339 with milliseconds), or `None` for an
+/// instant that format cannot spell.
+pub(crate) fn absolute_header(at: WallInstant) -> Option<http::HeaderValue> {
+    at.to_rfc3339_millis()
+        .and_then(|text| http::HeaderValue::from_str(&text).ok())
 }
 
 /// What a user heard in time (see [`UserResult`] for each field).
@@ -530,5 +544,15 @@ mod tests {
                 "{usage:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_users_give_up_instant_is_sent_as_the_services_read_it() {
+        let at = WallInstant::from_system_time(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_796_367_399_803),
+        );
+        let value = absolute_header(at).expect("a spellable instant");
+        assert_eq!(value, "2026-12-04T06:56:39.803Z");
+        assert_eq!(WallInstant::parse(value.as_bytes()), Ok(at));
     }
 }

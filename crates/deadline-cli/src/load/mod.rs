@@ -15,10 +15,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use deadline::absolute::WallInstant;
 use deadline_http::enforce::QueueOrder;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -131,6 +132,13 @@ pub(crate) struct LoadArgs {
     /// observes (see `deadline service --hedge`).
     #[arg(long)]
     hedge: Option<HedgeArg>,
+    /// With deadlines, users also send the instant they give up as `X-Request-Deadline` (an
+    /// absolute deadline, RFC 3339) beside their relative budget, and every service accepts it
+    /// and passes it on: time a request spends in the kernel's queues before a hop reads its
+    /// head (a saturated hop) then counts against it, which a relative budget, started when
+    /// the head is read, cannot see.
+    #[arg(long)]
+    absolute_deadline: bool,
     /// Gateway and orders retry a callee's 504 only with at least this share of the budget that
     /// ran out (0: whenever there is time).
     #[arg(long)]
@@ -364,6 +372,19 @@ async fn run_once(
                 .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
         }
     }
+    if deadlines && args.absolute_deadline {
+        let last = hops.len().saturating_sub(1);
+        for (i, hop) in hops.iter_mut().enumerate() {
+            hop.args.extend([
+                "--accept".to_owned(),
+                "deadline-budget-ms,x-request-deadline".to_owned(),
+            ]);
+            if i < last {
+                hop.args
+                    .extend(["--send".to_owned(), "x-request-deadline".to_owned()]);
+            }
+        }
+    }
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);
     let chain = Chain::start(label, &hops, placement).await?;
     let sampler = match &args.postgres {
@@ -402,13 +423,16 @@ async fn run_once(
         let class = args.budget_mix.as_ref().map_or(0, |mix| mix.class_of(i));
         let wait = Duration::from_millis(waits[class]);
         let margin = args.margin;
+        let absolute = deadlines && args.absolute_deadline;
         users.spawn(async move {
             // The user arrived at `due` and waits `wait` from then. A generator running late
             // (or a spawned task that starts late) has already spent part of that wait, so the
             // user sends what is left of it and gives up at `due + wait`: a late generator
             // must not hand out time the user no longer has.
             let (budget, left) = budget_left(due, wait, margin, Instant::now());
-            let result = client.one(&url, &id, Some(budget), left).await;
+            // The instant the user gives up, on the wall clock every hop on this machine reads.
+            let gives_up = absolute.then(|| wall_now().after(left));
+            let result = client.one(&url, &id, Some(budget), gives_up, left).await;
             progress.inc(1);
             result.map(|user| {
                 let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;
@@ -849,6 +873,9 @@ impl LoadArgs {
         if let Some(hedge) = self.hedge {
             extra.push_str(&format!("; hedge {hedge}"));
         }
+        if self.absolute_deadline {
+            extra.push_str("; users also send X-Request-Deadline");
+        }
         let base = format!(
             "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}), queue {}{}; users wait {}",
             self.rate,
@@ -893,6 +920,12 @@ fn schedule_warning(rate: f64, run: &LoadRun) -> Option<String> {
             run.worst_send_lateness_ms
         )
     })
+}
+
+/// Now on the wall clock: an `X-Request-Deadline` is an instant on it.
+#[allow(clippy::disallowed_methods)] // the absolute deadline users send is wall time by definition
+fn wall_now() -> WallInstant {
+    WallInstant::from_system_time(SystemTime::now())
 }
 
 /// What a user who arrived at `due` and waits `wait` sends at `now`: the budget (what is left of
