@@ -6,6 +6,8 @@
 //! struggles and hide the effect being measured. The generator reports its achieved rate and
 //! worst send lateness so a run can show it kept up.
 
+mod args;
+mod figures;
 mod metrics;
 mod mix;
 mod outage;
@@ -21,18 +23,19 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use deadline::absolute::WallInstant;
 use deadline_http::enforce::QueueOrder;
-use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
 
+use args::{scenario, validate};
+use figures::{check, schedule_warning, summarize};
+
 use crate::grpc::{Protocol, Users};
-use crate::harness::{Chain, ProcessUsage, Scenario, reference, user_budget, with_margin};
-use crate::holds::{HoldLine, epoch_ms_now};
+use crate::harness::{Chain, ProcessUsage, reference, user_budget, with_margin};
+use crate::holds::epoch_ms_now;
 use crate::hygiene::{self, ServiceHygiene};
 use crate::outage::{BudgetArg, HedgeArg, Window};
 use crate::placement::{Placement, PlacementArgs};
-use crate::slowness::is_slow;
 use crate::svg;
 
 /// Arguments of `deadline load`; the defaults are the reference scenario.
@@ -260,81 +263,6 @@ struct Outcome {
     class: usize,
 }
 
-fn validate(args: &LoadArgs) -> anyhow::Result<()> {
-    if !(args.rate > 0.0 && args.rate.is_finite() && args.rate <= 100_000.0) {
-        bail!(
-            "--rate must be above 0 and at most 100000, not {}",
-            args.rate
-        );
-    }
-    if !(args.seconds > 0.0 && args.seconds.is_finite() && args.seconds <= 3_600.0) {
-        bail!(
-            "--seconds must be above 0 and at most 3600, not {}",
-            args.seconds
-        );
-    }
-    // Every user is held in memory until the end: keep the total sane.
-    let users = args.rate * args.seconds;
-    if users > 1_000_000.0 {
-        bail!("--rate times --seconds is {users:.0} users; at most 1,000,000 per run");
-    }
-    if users < 1.0 {
-        bail!("--rate times --seconds must be at least one user, not {users}");
-    }
-    if !(0.0..=1.0).contains(&args.slow_share) {
-        bail!(
-            "--slow-share must be between 0 and 1, not {}",
-            args.slow_share
-        );
-    }
-    if args.slots == 0 {
-        bail!("--slots must be at least 1");
-    }
-    if args
-        .retry_504_share
-        .is_some_and(|s| !(0.0..=1.0).contains(&s))
-    {
-        bail!("--retry-504-share must be between 0 and 1");
-    }
-    if args.user_wait < 100 {
-        bail!("--user-wait must be at least 100 ms");
-    }
-    if args.max_queue_wait == Some(0) {
-        bail!("--max-queue-wait must be at least 1 ms");
-    }
-    if args.margin >= args.user_wait {
-        bail!("--margin must be below --user-wait, or the user sends no budget");
-    }
-    if let Some(mix) = &args.budget_mix
-        && args.margin >= mix.shortest_wait()
-    {
-        bail!(
-            "--margin must be below every wait of --budget-mix ({} ms), or those users send no budget",
-            mix.shortest_wait()
-        );
-    }
-    Ok(())
-}
-
-fn scenario(args: &LoadArgs) -> Scenario {
-    let flag = |name: &str, value: &dyn ToString| [name.to_owned(), value.to_string()];
-    Scenario {
-        gateway_timeout: args.gateway_timeout,
-        gateway_attempts: args.gateway_attempts,
-        orders_work: args.orders_work,
-        orders_timeout: args.orders_timeout,
-        orders_attempts: args.orders_attempts,
-        inventory: [
-            flag("--work", &args.fast_work),
-            flag("--slots", &args.slots),
-            flag("--slow-share", &args.slow_share),
-            flag("--slow-work", &args.slow_work),
-            flag("--seed", &args.seed),
-        ]
-        .concat(),
-    }
-}
-
 /// One run of the load through a fresh chain, with or without deadlines.
 async fn run_once(
     args: &LoadArgs,
@@ -480,301 +408,6 @@ async fn run_once(
     Ok(run)
 }
 
-/// The run's figures from every user's outcome and every hold the services logged.
-fn summarize(
-    args: &LoadArgs,
-    deadlines: bool,
-    mut outcomes: Vec<Outcome>,
-    holds: &[HoldLine],
-    start_wall: f64,
-) -> LoadRun {
-    outcomes.sort_by(|a, b| a.sent_at.total_cmp(&b.sent_at));
-    let requests = outcomes.len();
-    let slow: Vec<bool> = outcomes
-        .iter()
-        .map(|o| is_slow(&o.id, args.seed, args.slow_share))
-        .collect();
-    let in_time = outcomes.iter().filter(|o| o.in_time).count();
-    let slow_missed = outcomes
-        .iter()
-        .zip(&slow)
-        .filter(|(o, s)| **s && !o.in_time)
-        .count();
-    let fast_missed = outcomes
-        .iter()
-        .zip(&slow)
-        .filter(|(o, s)| !**s && !o.in_time)
-        .count();
-
-    let histogram =
-        || Histogram::<u64>::new_with_bounds(1, 3_600_000, 3).expect("valid histogram bounds");
-    let (mut latency, mut in_time_latency, mut refused_latency) =
-        (histogram(), histogram(), histogram());
-    let mut refused = 0;
-    for o in &outcomes {
-        let ms = (o.elapsed_ms.round() as u64).max(1);
-        let _ = latency.record(ms);
-        if o.in_time {
-            let _ = in_time_latency.record(ms);
-        } else if o.status.is_some() {
-            refused += 1;
-            let _ = refused_latency.record(ms);
-        }
-    }
-    let missed: std::collections::HashSet<&str> = outcomes
-        .iter()
-        .filter(|o| !o.in_time)
-        .map(|o| o.id.as_str())
-        .collect();
-    let inventory = || holds.iter().filter(|h| h.service == "inventory");
-    // `+ 0.0`: an empty sum of floats is -0.0.
-    let inventory_worker_ms_on_missed: f64 = inventory()
-        .filter(|h| {
-            h.request_id
-                .as_deref()
-                .is_some_and(|id| missed.contains(id))
-        })
-        .map(HoldLine::worker_ms)
-        .sum::<f64>()
-        + 0.0;
-    let refusals: Vec<f64> = inventory()
-        .filter(|h| h.outcome == "shed")
-        .map(|h| h.queued_ms)
-        .collect();
-    let shed = refusals.len();
-
-    let left: HashMap<&str, f64> = outcomes
-        .iter()
-        .map(|o| (o.id.as_str(), o.left_at_ms))
-        .collect();
-    let worker_ms: f64 = holds.iter().map(HoldLine::worker_ms).sum();
-    let after: f64 = holds
-        .iter()
-        .map(|h| {
-            let left_at = h
-                .request_id
-                .as_deref()
-                .and_then(|id| left.get(id))
-                .copied()
-                .unwrap_or(f64::INFINITY);
-            h.worked_after(left_at)
-        })
-        .sum();
-    let last_left = outcomes
-        .iter()
-        .map(|o| o.left_at_ms)
-        .fold(start_wall, f64::max);
-    let last_end = holds
-        .iter()
-        .filter_map(|h| h.end_ms)
-        .fold(start_wall, f64::max);
-    let first_send = outcomes.first().map_or(start_wall, |o| o.sent_at);
-    let last_send = outcomes.last().map_or(start_wall, |o| o.sent_at);
-    let achieved_rate = if requests > 1 && last_send > first_send {
-        (requests - 1) as f64 / ((last_send - first_send) / 1_000.0)
-    } else {
-        args.rate
-    };
-
-    let seconds = args.seconds.ceil() as usize;
-    let mut by_second = vec![(0usize, 0usize); seconds.max(1)];
-    for o in &outcomes {
-        let s = (((o.sent_at - start_wall) / 1_000.0).floor().max(0.0) as usize)
-            .min(by_second.len() - 1);
-        by_second[s].0 += usize::from(o.in_time);
-        by_second[s].1 += 1;
-    }
-
-    let by_second: Vec<f64> = by_second
-        .iter()
-        .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
-        .collect();
-    let outage = outage::figures(args, &outcomes, holds, start_wall, &by_second);
-    LoadRun {
-        deadlines,
-        requests,
-        slow_requests: slow.iter().filter(|s| **s).count(),
-        in_time,
-        in_time_share: if requests == 0 {
-            0.0
-        } else {
-            in_time as f64 / requests as f64
-        },
-        slow_missed,
-        fast_missed,
-        latency_p50_ms: latency.value_at_quantile(0.50),
-        latency_p99_ms: latency.value_at_quantile(0.99),
-        worker_ms,
-        worker_ms_after_users_left: after,
-        wasted_share: if worker_ms > 0.0 {
-            after / worker_ms
-        } else {
-            0.0
-        },
-        drain_ms: (last_end - last_left).max(0.0),
-        calls: holds.iter().filter(|h| h.service != "gateway").count(),
-        achieved_rate,
-        worst_send_lateness_ms: outcomes.iter().map(|o| o.lateness_ms).fold(0.0, f64::max),
-        send_lateness_p99_ms: percentile(outcomes.iter().map(|o| o.lateness_ms).collect(), 0.99),
-        services: Vec::new(),
-        generator_cpu_ms: None,
-        generator_peak_rss_kib: None,
-        in_time_share_by_second: by_second,
-        hygiene: Vec::new(),
-        metrics: Vec::new(),
-        queue: if deadlines {
-            args.queue.to_string()
-        } else {
-            QueueOrder::Fifo.to_string()
-        },
-        admission: deadlines && args.admission,
-        max_queue_wait_ms: args.max_queue_wait.filter(|_| deadlines),
-        goodput_per_s: goodput(&outcomes, args.seconds),
-        capacity_per_s: args.slots as f64 * 1_000.0 / args.fast_work.max(1) as f64,
-        in_time_p50_ms: in_time_latency.value_at_quantile(0.50),
-        in_time_p99_ms: in_time_latency.value_at_quantile(0.99),
-        refused,
-        refused_p50_ms: refused_latency.value_at_quantile(0.50),
-        refused_p99_ms: refused_latency.value_at_quantile(0.99),
-        shed,
-        shed_p99_ms: percentile(refusals, 0.99),
-        inventory_worker_ms_on_missed,
-        database: None,
-        calls_per_request_in_outage: outage
-            .as_ref()
-            .map(|o| o.inventory_calls as f64 / o.users as f64),
-        outage,
-        budget_classes: args
-            .budget_mix
-            .as_ref()
-            .map(|mix| by_class(mix, &outcomes))
-            .unwrap_or_default(),
-    }
-}
-
-/// How each class of `mix` fared.
-fn by_class(mix: &mix::BudgetMix, outcomes: &[Outcome]) -> Vec<mix::ClassFigures> {
-    mix.0
-        .iter()
-        .enumerate()
-        .map(|(class, c)| {
-            let mut latency =
-                Histogram::<u64>::new_with_bounds(1, 3_600_000, 3).expect("valid histogram bounds");
-            let users: Vec<&Outcome> = outcomes.iter().filter(|o| o.class == class).collect();
-            let in_time = users.iter().filter(|o| o.in_time).count();
-            for o in users.iter().filter(|o| o.in_time) {
-                let _ = latency.record((o.elapsed_ms.round() as u64).max(1));
-            }
-            mix::ClassFigures {
-                wait_ms: c.wait_ms,
-                users: users.len(),
-                in_time,
-                in_time_share: if users.is_empty() {
-                    0.0
-                } else {
-                    in_time as f64 / users.len() as f64
-                },
-                in_time_p50_ms: latency.value_at_quantile(0.50),
-                in_time_p99_ms: latency.value_at_quantile(0.99),
-            }
-        })
-        .collect()
-}
-
-/// Users answered in time per second, over `seconds` of arrivals or, if longer, from the first
-/// send to the last in-time answer.
-fn goodput(outcomes: &[Outcome], seconds: f64) -> f64 {
-    let first_send = outcomes
-        .iter()
-        .map(|o| o.sent_at)
-        .fold(f64::INFINITY, f64::min);
-    let last_answer = outcomes
-        .iter()
-        .filter(|o| o.in_time)
-        .map(|o| o.left_at_ms)
-        .fold(f64::NEG_INFINITY, f64::max);
-    let in_time = outcomes.iter().filter(|o| o.in_time).count();
-    if in_time == 0 {
-        return 0.0;
-    }
-    in_time as f64 / ((last_answer - first_send) / 1_000.0).max(seconds)
-}
-
-/// The `q` quantile (0 to 1) of `values`, nearest rank; 0 for none.
-fn percentile(mut values: Vec<f64>, q: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
-    values[rank - 1]
-}
-
-fn check(runs: &[LoadRun]) -> Check {
-    let mut failures = Vec::new();
-    let with = runs.iter().find(|r| r.deadlines);
-    let without = runs.iter().find(|r| !r.deadlines);
-    match (with, without) {
-        (Some(with), Some(without)) => {
-            if with.in_time_share < 0.85 {
-                failures.push(format!(
-                    "with deadlines only {:.1} % answered in time (needs >= 85 %)",
-                    with.in_time_share * 100.0
-                ));
-            }
-            let gain = (with.in_time_share - without.in_time_share) * 100.0;
-            if gain < 30.0 {
-                failures.push(format!(
-                    "deadlines gained only {gain:.1} points in time (needs >= 30)"
-                ));
-            }
-            if with.wasted_share >= 0.01 {
-                failures.push(format!(
-                    "with deadlines {:.2} % of worker time was after users left (needs < 1 %)",
-                    with.wasted_share * 100.0
-                ));
-            }
-            if let (Some(w), Some(wo)) = (with.database, without.database) {
-                if w.db_seconds <= 0.0 || wo.db_seconds <= 0.0 {
-                    failures.push(
-                        "pg_stat_activity showed no inventory statement in a run (the sampler saw nothing)"
-                            .to_owned(),
-                    );
-                }
-                if w.db_seconds_after_users_left >= 0.01 * w.db_seconds {
-                    failures.push(format!(
-                        "with deadlines the database worked {:.2} s after users left, {:.2} % of its {:.1} s (needs < 1 %)",
-                        w.db_seconds_after_users_left,
-                        w.db_seconds_after_users_left / w.db_seconds.max(f64::MIN_POSITIVE) * 100.0,
-                        w.db_seconds
-                    ));
-                }
-                if wo.db_seconds_after_users_left <= w.db_seconds_after_users_left {
-                    failures.push(format!(
-                        "without deadlines the database worked only {:.2} s after users left, not more than with them",
-                        wo.db_seconds_after_users_left
-                    ));
-                }
-            }
-            if without.wasted_share <= 0.5 {
-                failures.push(format!(
-                    "without deadlines only {:.1} % of worker time was wasted (the scenario needs > 50 % to make its point)",
-                    without.wasted_share * 100.0
-                ));
-            }
-        }
-        _ => failures.push("the check needs both runs (drop --only)".to_owned()),
-    }
-    for run in runs {
-        let mode = if run.deadlines { "with" } else { "without" };
-        failures.extend(run.hygiene.iter().filter_map(|h| h.failure(mode)));
-    }
-    Check {
-        passed: failures.is_empty(),
-        failures,
-    }
-}
-
 pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     validate(&args)?;
     let placement = args.placement.resolve()?;
@@ -848,78 +481,6 @@ fn exit(checking: bool, passed: bool) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-impl LoadArgs {
-    fn describe(&self) -> String {
-        let mut extra = String::new();
-        if let Some(window) = self.outage {
-            extra.push_str(&format!(
-                "; inventory down from {} s for {} s",
-                window.start, window.seconds
-            ));
-        }
-        if self.no_retry_budget {
-            extra.push_str("; no retry budget");
-        } else if let Some(budget) = self.retry_budget {
-            extra.push_str(&format!("; retry budget {budget}"));
-        }
-        if let Some(share) = self.retry_504_share {
-            extra.push_str(&format!("; 504 retried with {share} of its budget"));
-        }
-        if self.slow_per_attempt {
-            extra.push_str("; slowness per attempt");
-        }
-        if let Some(hedge) = self.hedge {
-            extra.push_str(&format!("; hedge {hedge}"));
-        }
-        if self.absolute_deadline {
-            extra.push_str("; users also send X-Request-Deadline");
-        }
-        let base = format!(
-            "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}), queue {}{}; users wait {}",
-            self.rate,
-            self.seconds,
-            self.slots,
-            self.fast_work,
-            self.slow_share * 100.0,
-            self.slow_work,
-            self.seed,
-            self.queue,
-            match (self.admission, self.max_queue_wait) {
-                (true, Some(ms)) => format!(" with admission, wait cap {ms} ms"),
-                (false, Some(ms)) => format!(" with a wait cap of {ms} ms"),
-                (true, None) => " with admission".to_owned(),
-                (false, None) => String::new(),
-            },
-            match &self.budget_mix {
-                Some(mix) => format!("{mix} (ms:share)"),
-                None => format!("{} ms", self.user_wait),
-            }
-        );
-        base + &extra
-    }
-}
-
-/// The send lateness (p99) beyond which a run says the generator could not keep its schedule.
-const LATE_P99_MS: f64 = 10.0;
-
-/// A warning when `run`'s generator fell behind the schedule of `rate` users a second: its
-/// users were sent late (their budgets already cut by the time lost) or fewer than offered, so
-/// the run measured a lighter load than the one asked for.
-fn schedule_warning(rate: f64, run: &LoadRun) -> Option<String> {
-    let behind = run.send_lateness_p99_ms > LATE_P99_MS || run.achieved_rate < rate * 0.97;
-    behind.then(|| {
-        format!(
-            "warning: the generator could not keep its schedule {} deadlines: {:.1}/s sent of \
-             {rate}/s offered, send lateness p99 {:.1} ms, worst {:.1} ms (each late user sent \
-             only what was left of its wait)",
-            if run.deadlines { "with" } else { "without" },
-            run.achieved_rate,
-            run.send_lateness_p99_ms,
-            run.worst_send_lateness_ms
-        )
-    })
 }
 
 /// Now on the wall clock: an `X-Request-Deadline` is an instant on it.
