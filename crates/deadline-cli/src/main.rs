@@ -6,6 +6,7 @@
 mod bench;
 mod call;
 mod demo;
+mod demo_print;
 mod demo_run;
 mod dialect_args;
 #[cfg(unix)]
