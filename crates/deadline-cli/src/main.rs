@@ -26,6 +26,7 @@ mod service;
 mod shutdown;
 mod slowness;
 mod stream;
+mod stream_read;
 mod svg;
 mod trace_cmd;
 

@@ -42,7 +42,7 @@ mod report;
 
 use crate::grpc::DownstreamProtocol as Protocol;
 use crate::grpc::{GrpcReply, frame, reply};
-use crate::stream;
+use crate::stream_read as stream;
 use report::{json, report};
 
 /// At most this much of the answer's body is read and shown.

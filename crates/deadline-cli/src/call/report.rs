@@ -8,7 +8,7 @@ use deadline::trace::hops::{Budget, Hop};
 use deadline_http::enforce::SERVER_TIMING_HEADER;
 
 use super::{Answer, CallArgs, MAX_BODY, Plan, ms};
-use crate::stream;
+use crate::stream_read as stream;
 
 /// `347 ms`, `≤ 347 ms` or `-20 ms`.
 pub(super) fn budget_text(budget: Option<Budget>) -> String {
