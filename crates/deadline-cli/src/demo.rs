@@ -13,11 +13,12 @@ use serde::Serialize;
 use crate::demo_print::{print_comparison, print_run};
 use crate::demo_run::DemoRun;
 use crate::grpc::{Protocol, Users};
-use crate::harness::{Chain, Scenario, TempDir, UserResult, user_budget, with_margin};
+use crate::harness::{Chain, Scenario, TempDir, user_budget, with_margin};
 use crate::holds::HoldLine;
 use crate::peer::{self, ChainRuns, Node, Peer, Way};
 use crate::placement::{Placement, PlacementArgs};
 use crate::svg;
+use crate::users::UserResult;
 
 /// Arguments of `deadline demo`.
 #[derive(Debug, Clone, Args)]

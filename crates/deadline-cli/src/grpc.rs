@@ -30,10 +30,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use deadline::absolute::WallInstant;
 
-use crate::harness::{
-    Heard, Hop, UserClient, UserResult, absolute_header, hear, one_user, user_client,
-};
+use crate::harness::Hop;
 use crate::reply::text;
+use crate::users::{Heard, UserClient, UserResult, absolute_header, hear, one_user, user_client};
 
 const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
 const TE: HeaderName = HeaderName::from_static("te");

@@ -27,8 +27,6 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
-use deadline::absolute::WallInstant;
-
 use crate::holds::{HoldLine, read_log};
 use crate::placement::Placement;
 
@@ -394,132 +392,6 @@ async fn ready_line(stdout: tokio::process::ChildStdout) -> anyhow::Result<Strin
     Ok(url)
 }
 
-/// What one user got.
-#[derive(Debug, Clone)]
-pub(crate) struct UserResult {
-    /// The status heard before giving up, if any.
-    pub status: Option<u16>,
-    /// When the user heard back (or gave up), from when they sent.
-    pub elapsed: Duration,
-    /// When the user sent, in wall-clock epoch ms (the services' logs use the same clock).
-    pub sent_ms: f64,
-    /// When the user stopped waiting, in wall-clock epoch ms: read at that moment, so no hold
-    /// that ended before it can appear to end after it.
-    pub left_ms: f64,
-    /// The reply's `Deadline-Trace`, if any.
-    pub trace: Option<String>,
-    /// The reply's body, if any.
-    pub body: Option<String>,
-    /// The gRPC status heard, for a gRPC user (`status` is then the HTTP status it stands for).
-    pub grpc: Option<deadline::grpc::GrpcCode>,
-}
-
-/// An HTTP/1 client for users: pooled, TCP_NODELAY on, no library behaviour of its own.
-pub(crate) type UserClient = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
-    http_body_util::Empty<bytes::Bytes>,
->;
-
-pub(crate) fn user_client() -> UserClient {
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_nodelay(true);
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector)
-}
-
-/// One user: sends `GET url` with `budget_ms` (if any), the instant it `gives_up` as
-/// `X-Request-Deadline` (if any) and request id `id`, waits at most `wait`, then gives up
-/// (dropping the request, which closes its connection).
-pub(crate) async fn one_user(
-    client: &UserClient,
-    url: &str,
-    id: &str,
-    budget_ms: Option<u64>,
-    gives_up: Option<WallInstant>,
-    wait: Duration,
-) -> anyhow::Result<UserResult> {
-    use http_body_util::BodyExt as _;
-    let mut request = http::Request::get(url).header(deadline_http::enforce::REQUEST_ID_HEADER, id);
-    if let Some(budget) = budget_ms {
-        request = request.header(deadline::BUDGET_HEADER, budget);
-    }
-    if let Some(value) = gives_up.and_then(absolute_header) {
-        request = request.header(deadline::absolute::REQUEST_DEADLINE_HEADER, value);
-    }
-    let request = request
-        .body(http_body_util::Empty::new())
-        .context("building the user's request")?;
-    let attempt = async {
-        let response = client.request(request).await?;
-        let status = response.status().as_u16();
-        let trace = response
-            .headers()
-            .get(deadline::TRACE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok(Heard {
-            status,
-            trace,
-            body: String::from_utf8_lossy(&body).into_owned(),
-            grpc: None,
-        })
-    };
-    Ok(hear(wait, attempt).await)
-}
-
-/// `at` as an `X-Request-Deadline` value (RFC 3339 with milliseconds), or `None` for an
-/// instant that format cannot spell.
-pub(crate) fn absolute_header(at: WallInstant) -> Option<http::HeaderValue> {
-    at.to_rfc3339_millis()
-        .and_then(|text| http::HeaderValue::from_str(&text).ok())
-}
-
-/// What a user heard in time (see [`UserResult`] for each field).
-pub(crate) struct Heard {
-    pub status: u16,
-    pub trace: Option<String>,
-    pub body: String,
-    pub grpc: Option<deadline::grpc::GrpcCode>,
-}
-
-/// Waits at most `wait` for `attempt` (which sends the user's request and reads the answer),
-/// timing it on both clocks: what every kind of user shares. A connection error before the wait
-/// is up is an answer too, with nothing to read.
-pub(crate) async fn hear(
-    wait: Duration,
-    attempt: impl std::future::Future<Output = anyhow::Result<Heard>>,
-) -> UserResult {
-    let start = tokio::time::Instant::now();
-    let sent_ms = crate::holds::epoch_ms_now();
-    let result = tokio::time::timeout(wait, attempt).await;
-    let left_ms = crate::holds::epoch_ms_now();
-    let elapsed = tokio::time::Instant::now().saturating_duration_since(start);
-    let unanswered = |elapsed| UserResult {
-        status: None,
-        elapsed,
-        sent_ms,
-        left_ms,
-        trace: None,
-        body: None,
-        grpc: None,
-    };
-    match result {
-        Ok(Ok(heard)) => UserResult {
-            status: Some(heard.status),
-            elapsed,
-            sent_ms,
-            left_ms,
-            trace: heard.trace,
-            body: Some(heard.body),
-            grpc: heard.grpc,
-        },
-        Ok(Err(_)) => unanswered(elapsed),
-        Err(_) => unanswered(wait),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,15 +416,5 @@ mod tests {
                 "{usage:?}"
             );
         }
-    }
-
-    #[test]
-    fn a_users_give_up_instant_is_sent_as_the_services_read_it() {
-        let at = WallInstant::from_system_time(
-            std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_796_367_399_803),
-        );
-        let value = absolute_header(at).expect("a spellable instant");
-        assert_eq!(value, "2026-12-04T06:56:39.803Z");
-        assert_eq!(WallInstant::parse(value.as_bytes()), Ok(at));
     }
 }

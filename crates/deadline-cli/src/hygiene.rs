@@ -19,8 +19,9 @@ use http_body_util::BodyExt as _;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::harness::{Chain, user_client};
+use crate::harness::Chain;
 use crate::service::RUNTIME_PATH;
+use crate::users::user_client;
 
 /// Tasks a service may keep beyond its idle count after a run: the pool's eviction timer.
 pub(crate) const TASK_SLACK: usize = 1;

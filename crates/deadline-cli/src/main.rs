@@ -29,6 +29,7 @@ mod stream;
 mod stream_read;
 mod svg;
 mod trace_cmd;
+mod users;
 
 use std::process::ExitCode;
 
