@@ -83,13 +83,24 @@ instructions() {
     if [ -z "$addr" ]; then
         echo "callgrind.sh: $variant did not start:" >&2
         cat "$run.err" >&2
+        kill "$SERVER_PID" 2>/dev/null || true
         return 1
     fi
-    "$BIN" bench --target "$addr" --requests "$count" ${NO_BUDGET:+--no-budget}
+    # This function runs inside `$(...)`, where `set -e` does not hold: every failure returns
+    # at once, so a failed run never yields a figure.
+    if ! "$BIN" bench --target "$addr" --requests "$count" ${NO_BUDGET:+--no-budget}; then
+        echo "callgrind.sh: the client failed against $variant" >&2
+        kill "$SERVER_PID" 2>/dev/null || true
+        return 1
+    fi
     # Closing stdin is the server's signal to drain and exit; callgrind then writes its file.
     eval "exec $SERVER_FD>&-"
     SERVER_FD=""
-    wait "$SERVER_PID"
+    if ! wait "$SERVER_PID"; then
+        echo "callgrind.sh: the $variant server did not exit cleanly:" >&2
+        cat "$run.err" >&2
+        return 1
+    fi
     SERVER_PID=""
     local total
     total="$(awk '/^(totals|summary):/ { print $2; exit }' "$run.cg")"

@@ -40,18 +40,37 @@ def modules(src):
             else:
                 path = tuple(parts + [stem])
             found[path] = os.path.join(dirpath, name)
+    # Modules declared only for tests (`#[cfg(test)]` then `mod name;`) are test code.
+    for path, file in list(found.items()):
+        with open(file, encoding="utf-8") as f:
+            text = f.read()
+        for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text):
+            found.pop(path + (m.group(1),), None)
     return found
 
 
 def code_of(file):
-    """The file's text without comments and without test code."""
+    """The file's text without comments and without test code: the item after each
+    `#[cfg(test)]` line is left out (a `mod tests;` line, or a block to its closing brace),
+    and what follows it is read again."""
     out = []
     with open(file, encoding="utf-8") as f:
-        for line in f:
-            if line.strip().startswith("#[cfg(test)]"):
-                break
-            line = re.sub(r"//.*", "", line)
-            out.append(line)
+        lines = [re.sub(r"//.*", "", line) for line in f]
+    i = 0
+    while i < len(lines):
+        if lines[i].strip().startswith("#[cfg(test)]"):
+            i += 1
+            depth, opened = 0, False
+            while i < len(lines):
+                line = lines[i]
+                depth += line.count("{") - line.count("}")
+                opened = opened or "{" in line
+                i += 1
+                if (opened and depth <= 0) or (not opened and line.rstrip().endswith(";")):
+                    break
+            continue
+        out.append(lines[i])
+        i += 1
     return "".join(out)
 
 

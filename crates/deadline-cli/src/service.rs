@@ -324,7 +324,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     match crate::fd_limit::raise_open_files() {
         Ok(Some((before, after))) => tracing::info!(
             before,
-            after = %after.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+            after,
             "raised the open-file limit to the hard limit (every connection is a file)"
         ),
         Ok(None) => {}

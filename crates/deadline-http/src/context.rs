@@ -90,11 +90,14 @@ pub(crate) struct CallSlot {
     context: DeadlineContext,
     generation: u64,
     index: usize,
+    /// The attempt whose response the call returned, if it returned one.
+    answered: Option<usize>,
 }
 
 impl CallSlot {
     /// The call's response body ended with `outcome`: the call span and the attempt that got
-    /// the response (the last recorded) say so.
+    /// the response say so (not a later span, such as the zero-length `skipped` one of an
+    /// attempt the planner refused before it returned an earlier answer).
     pub(crate) fn body_ended(&self, outcome: deadline::trace::Outcome) {
         let mut log = self.context.lock();
         if log.generation != self.generation {
@@ -102,7 +105,10 @@ impl CallSlot {
         }
         if let Some(Recorded::Call(call)) = log.recorded.get_mut(self.index) {
             call.outcome = outcome;
-            if let Some(attempt) = call.attempts.last_mut() {
+            if let Some(attempt) = self
+                .answered
+                .and_then(|answered| call.attempts.get_mut(answered))
+            {
                 attempt.outcome = outcome;
             }
         }
@@ -213,14 +219,16 @@ impl DeadlineContext {
     }
 
     /// Adds an outbound call to this hop's trace, its callees' traces still encoded; the slot
-    /// says where, so the call's outcome can still be corrected while its response body is read.
-    pub(crate) fn record_call(&self, call: CallSpan) -> CallSlot {
+    /// says where, and which of its attempts got the response it returned (`answered`), so the
+    /// call's outcome can still be corrected while that response's body is read.
+    pub(crate) fn record_call(&self, call: CallSpan, answered: Option<usize>) -> CallSlot {
         let mut log = self.lock();
         log.recorded.push(Recorded::Call(call));
         CallSlot {
             context: self.clone(),
             generation: log.generation,
             index: log.recorded.len() - 1,
+            answered,
         }
     }
 

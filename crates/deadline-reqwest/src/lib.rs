@@ -205,10 +205,13 @@ impl Record {
         let Some(start_ms) = self.in_flight.take() else {
             return;
         };
-        let mut span = Span::new("attempt", start_ms, self.context.ms_since_arrival(end));
+        let end_ms = self.context.ms_since_arrival(end);
+        let mut span = Span::new("attempt", start_ms, end_ms);
         span.outcome = Some(word);
         if let Some(mut callee) = callee {
-            callee.shift(start_ms);
+            // Held inside the attempt: a callee cannot place its spans before the attempt was
+            // sent or after its answer came.
+            callee.nest_within(start_ms, end_ms);
             self.dropped += callee.dropped;
             span.children = callee.spans;
         }

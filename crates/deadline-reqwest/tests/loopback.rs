@@ -422,3 +422,46 @@ async fn a_stalled_body_ends_at_the_callers_deadline() {
         .await
         .expect("the downstream sees the hang-up");
 }
+
+/// A callee chooses what its `Deadline-Trace` says: one that claims to have worked for
+/// 999,999 ms answers at once. Its spans are held inside the attempt that carried them.
+#[tokio::test]
+async fn a_callees_spans_are_held_inside_the_attempt_that_carried_them() {
+    let handler = service_fn(|_request: Request<Incoming>| async {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"ok")));
+        response.headers_mut().insert(
+            deadline::TRACE_HEADER,
+            HeaderValue::from_static("liar@0-999999=200,.work@0-999999=ok"),
+        );
+        Ok::<_, Infallible>(response)
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, handler, std::future::pending::<()>()));
+
+    let policy = CallPolicy::new(ms(1_000), 1).unwrap();
+    let client = with_middleware(DeadlineMiddleware::new(policy).target("liar"));
+    let ctx = context(2_000);
+    let response = ctx
+        .clone()
+        .scope(client.get(format!("http://{addr}/")).send())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let (spans, _) = ctx.take_spans();
+    let call = &spans[0];
+    let attempt = &call.children[0];
+    assert_eq!(attempt.name, "attempt");
+    let liar = &attempt.children[0];
+    assert_eq!(liar.name, "liar");
+    assert!(
+        attempt.start_ms <= liar.start_ms && liar.end_ms <= attempt.end_ms,
+        "the callee's span {}-{} is outside its attempt {}-{}",
+        liar.start_ms,
+        liar.end_ms,
+        attempt.start_ms,
+        attempt.end_ms
+    );
+    assert!(liar.children[0].end_ms <= attempt.end_ms);
+}

@@ -345,7 +345,6 @@ async fn run_once(
     for i in 0..total {
         let due = start + period.mul_f64(i as f64);
         tokio::time::sleep_until(due).await;
-        let lateness_ms = Instant::now().saturating_duration_since(due).as_secs_f64() * 1_000.0;
         let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
         let id = format!("load-{}-{i}", args.seed);
         let class = args.budget_mix.as_ref().map_or(0, |mix| mix.class_of(i));
@@ -357,7 +356,11 @@ async fn run_once(
             // (or a spawned task that starts late) has already spent part of that wait, so the
             // user sends what is left of it and gives up at `due + wait`: a late generator
             // must not hand out time the user no longer has.
-            let (budget, left) = budget_left(due, wait, margin, Instant::now());
+            // Lateness and budget from the same instant: the user is sent now, however late
+            // the loop or this task started.
+            let now = Instant::now();
+            let lateness_ms = now.saturating_duration_since(due).as_secs_f64() * 1_000.0;
+            let (budget, left) = budget_left(due, wait, margin, now);
             // The instant the user gives up, on the wall clock every hop on this machine reads.
             let gives_up = absolute.then(|| wall_now().after(left));
             let result = client.one(&url, &id, Some(budget), gives_up, left).await;

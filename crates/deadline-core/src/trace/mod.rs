@@ -84,10 +84,10 @@
 //! assert_eq!(header, "inventory@0-941=504,.work@0-940=deadline");
 //!
 //! // Orders worked 20 ms, sent its only attempt at 21 ms on its clock and got the 504 at
-//! // 963 ms. It moves inventory's spans onto its own clock and nests them under the attempt;
-//! // spans inventory could not report stay counted.
+//! // 963 ms. It moves inventory's spans onto its own clock, held inside the attempt, and
+//! // nests them under it; spans inventory could not report stay counted.
 //! fn nest(attempt: &mut Span, sent_at_ms: u64, mut callee: Trace, dropped: &mut u64) {
-//!     callee.shift(sent_at_ms);
+//!     callee.nest_within(sent_at_ms, attempt.end_ms);
 //!     for span in callee.spans {
 //!         attempt.push(span);
 //!     }

@@ -154,11 +154,12 @@ impl Attempts {
         self.first.iter().chain(&self.more)
     }
 
-    /// The last attempt, to correct its outcome (a response body that failed after the head).
-    pub fn last_mut(&mut self) -> Option<&mut AttemptSpan> {
-        match self.more.last_mut() {
-            Some(last) => Some(last),
-            None => self.first.as_mut(),
+    /// The attempt at `index` (from 0), to correct its outcome (a response body that failed
+    /// after the head).
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut AttemptSpan> {
+        match index {
+            0 => self.first.as_mut(),
+            _ => self.more.get_mut(index - 1),
         }
     }
 

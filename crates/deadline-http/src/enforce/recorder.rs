@@ -23,8 +23,8 @@ use crate::phase::Phase;
 /// The report's two strings (`request_id` and `path`) are made only for an
 /// [`on_hold`](super::EnforceDeadlineLayer::on_hold) hook: until then the recorder keeps the
 /// request's header value and URI, which are clones of hyper's buffers (a reference count, no
-/// copy), and the `tracing` event reads them in place. Without a hook, a report allocates
-/// nothing.
+/// copy), and the `tracing` event reads them in place. Without a hook or the hold log listening,
+/// a report allocates nothing.
 pub(crate) struct Recorder {
     /// Inline, not boxed: moving the recorder from the response future into the response body
     /// copies a few hundred bytes, which costs less than an allocation per request.

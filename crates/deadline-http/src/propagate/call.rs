@@ -163,8 +163,6 @@ where
     }
 }
 
-/// The downstream's name: the configured (or already looked-up) one, else the URI's authority
-/// while the call still holds its request.
 /// Records the call now; a response's body then reports to the call's span how it ends (a body
 /// that fails after the head came corrects the span's outcome).
 pub(super) fn report_body<RB>(
@@ -177,6 +175,8 @@ pub(super) fn report_body<RB>(
     }
 }
 
+/// The downstream's name: the configured (or already looked-up) one, else the URI's authority
+/// while the call still holds its request.
 pub(super) fn target_name<'a, B: Clone>(
     target: Option<&'a str>,
     requests: &'a AttemptRequests<B>,

@@ -30,6 +30,9 @@ pub(super) struct CallRecord {
     outcome: Option<Outcome>,
     /// Recorded into the context already (by [`into_slot`](Self::into_slot)).
     recorded: bool,
+    /// The last attempt that got a response: the one whose response a call returns (a call
+    /// returns the latest answer it kept, and attempts are recorded in the order they end).
+    answered: Option<usize>,
 }
 
 impl CallRecord {
@@ -55,6 +58,7 @@ impl CallRecord {
             in_flight: None,
             outcome: None,
             recorded: false,
+            answered: None,
         }
     }
 
@@ -78,7 +82,9 @@ impl CallRecord {
         status: StatusCode,
         response: &Response<RB>,
     ) {
-        self.close(end, Outcome::Status(status), callee_trace(response));
+        if self.close(end, Outcome::Status(status), callee_trace(response)) {
+            self.answered = Some(self.call.attempts.len() - 1);
+        }
     }
 
     /// The planner stopped the call at `now` with `stop`, and the call ends with `result`.
@@ -123,12 +129,16 @@ impl CallRecord {
             Ok(response) => (Outcome::Status(response.status()), callee_trace(response)),
             Err(word) => (Outcome::Word(word), None),
         };
+        let answered = matches!(outcome, Outcome::Status(_));
         self.call.attempts.push(AttemptSpan {
             start_ms: self.context.ms_since_arrival(start),
             end_ms: self.context.ms_since_arrival(end),
             outcome,
             callee,
         });
+        if answered {
+            self.answered = Some(self.call.attempts.len() - 1);
+        }
     }
 
     /// The call ends with a response that stands for `status`.
@@ -136,10 +146,10 @@ impl CallRecord {
         self.outcome = Some(Outcome::Status(status));
     }
 
-    /// Ends the attempt in flight, if any, at `end`.
-    fn close(&mut self, end: Instant, outcome: Outcome, callee: Option<EncodedTrace>) {
+    /// Ends the attempt in flight, if any, at `end`; whether there was one.
+    fn close(&mut self, end: Instant, outcome: Outcome, callee: Option<EncodedTrace>) -> bool {
         let Some(start_ms) = self.in_flight.take() else {
-            return;
+            return false;
         };
         self.call.attempts.push(AttemptSpan {
             start_ms,
@@ -147,6 +157,7 @@ impl CallRecord {
             outcome,
             callee,
         });
+        true
     }
 }
 
@@ -178,7 +189,7 @@ impl CallRecord {
             attempts: std::mem::take(&mut self.call.attempts),
             ..self.call
         };
-        self.context.record_call(call)
+        self.context.record_call(call, self.answered)
     }
 }
 
@@ -187,5 +198,59 @@ impl Drop for CallRecord {
         if !self.recorded {
             self.record();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use deadline::trace::Recorded;
+
+    use super::*;
+
+    /// A call whose planner refused a retry returns the answer it kept, after the refused
+    /// attempt's zero-length span: a body failing after that head corrects the attempt that got
+    /// the answer, not the refusal.
+    #[test]
+    fn a_body_failing_after_a_refused_retry_corrects_the_attempt_that_answered() {
+        let now = Instant::now();
+        let context = DeadlineContext::new(None, Duration::ZERO, now);
+        let mut record = CallRecord::new(
+            context.clone(),
+            Arc::from("inventory"),
+            Arc::from("call:inventory"),
+            now,
+        );
+        drop(record.begin(now));
+        let response = Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .body(())
+            .expect("a response");
+        record.end_with_response(now, StatusCode::SERVICE_UNAVAILABLE, &response);
+        let result: Result<Response<()>, CallError> = Ok(response);
+        let stop = Stop::NotEnoughTimeAfterBackoff {
+            attempt: 2,
+            remaining: Duration::from_millis(40),
+            delay: Duration::from_millis(30),
+            needed: Duration::from_millis(60),
+        };
+        record.stopped(now, stop, &result);
+        record.into_slot().body_ended(Outcome::Word(outcome::ERROR));
+
+        let (recorded, _) = context.take_recorded();
+        let Some(Recorded::Call(call)) = recorded.first() else {
+            panic!("the call was not recorded: {recorded:?}");
+        };
+        let attempts: Vec<&Outcome> = call.attempts.iter().map(|a| &a.outcome).collect();
+        assert_eq!(
+            attempts,
+            [
+                &Outcome::Word(outcome::ERROR),
+                &Outcome::Word(outcome::SKIPPED_BACKOFF)
+            ],
+            "the attempt that answered takes the body's outcome; the refusal keeps its own"
+        );
+        assert_eq!(call.outcome, Outcome::Word(outcome::ERROR));
     }
 }
