@@ -12,8 +12,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 
 use crate::error::Error;
-use crate::pool::Settings;
 use crate::record::{Outcome, Record};
+use crate::settings::Settings;
 use crate::statement::{RESET, Runner, Shared, Sql};
 
 /// Statement parameters, as tokio-postgres takes them.

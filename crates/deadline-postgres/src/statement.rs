@@ -37,8 +37,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{CancelToken, Client, NoTls, Statement};
 
 use crate::error::Error;
-use crate::pool::Settings;
 use crate::record::{Outcome, Record};
+use crate::settings::Settings;
 
 /// What a connection's statements share with its hand-back.
 #[derive(Debug, Default)]
