@@ -4,5 +4,6 @@
 //! `postgres://postgres@127.0.0.1:5432/test`; `scripts/ensure-postgres.sh` starts one). A test
 //! that cannot reach it fails, saying so: these rules are not checked by anything else.
 
+mod faults;
 mod rules;
 mod support;
