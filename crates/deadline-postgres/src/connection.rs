@@ -12,8 +12,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 
 use crate::error::Error;
-use crate::pool::Settings;
 use crate::record::{Outcome, Record};
+use crate::settings::Settings;
 use crate::statement::{RESET, Runner, Shared, Sql};
 
 /// Statement parameters, as tokio-postgres takes them.
@@ -25,7 +25,8 @@ pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 /// [crate docs](crate). Dropping it gives the connection back to the pool, at once when no
 /// statement was interrupted; otherwise a background task waits for the cancelled statement to
 /// end and resets `statement_timeout` first, and closes the connection instead if that fails
-/// or takes longer than the pool's drain limit.
+/// or takes longer than the pool's drain limit. A connection whose session ended under a
+/// statement (its backend killed, the server gone) is closed at once.
 pub struct Connection {
     object: Option<Object>,
     settings: Arc<Settings>,
@@ -179,6 +180,10 @@ impl Drop for Connection {
         let Some(object) = self.object.take() else {
             return;
         };
+        if self.shared.broken.load(Ordering::SeqCst) {
+            let _ = Object::take(object); // its session is over: closed, never handed out
+            return;
+        }
         if !self.shared.interrupted.load(Ordering::SeqCst) {
             return; // back to the pool as it is
         }

@@ -96,10 +96,12 @@ mod connection;
 mod error;
 mod pool;
 mod record;
+mod settings;
 pub mod statement;
 
 pub use connection::{Connection, Params, Transaction};
 pub use error::{ConnectError, Error};
-pub use pool::{DEFAULT_DRAIN_LIMIT, DEFAULT_NAME, DEFAULT_TRANSACTION_MIN, DeadlinePool};
+pub use pool::DeadlinePool;
+pub use settings::{DEFAULT_DRAIN_LIMIT, DEFAULT_NAME, DEFAULT_TRANSACTION_MIN};
 pub use statement::Sql;
 pub use tokio_postgres;

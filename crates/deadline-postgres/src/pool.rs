@@ -5,8 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadline::CallPolicy;
-use deadline::plan::{DEFAULT_MARGIN, DEFAULT_MIN_USEFUL};
 use deadline_http::DeadlineContext;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio::time::Instant;
@@ -15,55 +13,7 @@ use tokio_postgres::NoTls;
 use crate::connection::Connection;
 use crate::error::{ConnectError, Error};
 use crate::record;
-
-/// The default smallest time left for a transaction to be begun (on top of the margin).
-pub const DEFAULT_TRANSACTION_MIN: Duration = Duration::from_millis(100);
-
-/// The default longest a connection whose statement was interrupted is kept out of the pool
-/// while it finishes (see [`DeadlinePool::drain_limit`]).
-pub const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(10);
-
-/// The default name of the database in traces and 504 bodies.
-pub const DEFAULT_NAME: &str = "postgres";
-
-/// The longest `statement_timeout` a deadline can give (an hour, the longest budget the HTTP
-/// layer accepts by default): the planner's per-attempt timeout.
-const LONGEST_STATEMENT: Duration = Duration::from_secs(3_600);
-
-/// What every statement from one pool follows.
-pub(crate) struct Settings {
-    /// The core's call policy: one attempt, the margin and the minimum useful time.
-    pub(crate) policy: CallPolicy,
-    pub(crate) transaction_min: Duration,
-    pub(crate) drain_limit: Duration,
-    /// Whether statements carry `statement_timeout` (default on).
-    pub(crate) server_limit: bool,
-    pub(crate) name: Arc<str>,
-    #[cfg(feature = "metrics")]
-    pub(crate) metrics: Option<deadline_http::metrics::QueryMetrics>,
-}
-
-impl Settings {
-    fn policy(margin: Duration, min_useful: Duration) -> CallPolicy {
-        CallPolicy::builder()
-            .timeout(LONGEST_STATEMENT)
-            .attempts(1)
-            .margin(margin)
-            .min_useful(min_useful.max(Duration::from_millis(1)))
-            .build()
-            // One attempt and an hour's timeout: only a margin plus minimum useful time above
-            // an hour is refused, and it is clamped here.
-            .unwrap_or_else(|_| {
-                CallPolicy::builder()
-                    .timeout(LONGEST_STATEMENT)
-                    .attempts(1)
-                    .margin(DEFAULT_MARGIN)
-                    .min_useful(DEFAULT_MIN_USEFUL)
-                    .build()
-                    .expect("the default policy is valid")
-            })
-    }
-}
+use crate::settings::Settings;
 
 /// A pool of PostgreSQL connections whose statements run inside the current request's deadline.
 ///
@@ -94,15 +44,7 @@ impl DeadlinePool {
     pub fn new(pool: Pool) -> DeadlinePool {
         DeadlinePool {
             pool,
-            settings: Arc::new(Settings {
-                policy: Settings::policy(DEFAULT_MARGIN, DEFAULT_MIN_USEFUL),
-                transaction_min: DEFAULT_TRANSACTION_MIN,
-                drain_limit: DEFAULT_DRAIN_LIMIT,
-                server_limit: true,
-                name: Arc::from(DEFAULT_NAME),
-                #[cfg(feature = "metrics")]
-                metrics: None,
-            }),
+            settings: Arc::new(Settings::default()),
         }
     }
 
@@ -146,19 +88,7 @@ impl DeadlinePool {
 
     fn settings_mut(&mut self) -> &mut Settings {
         // Builder methods run before the pool is shared; a clone made earlier keeps its own.
-        if Arc::get_mut(&mut self.settings).is_none() {
-            let s = &self.settings;
-            self.settings = Arc::new(Settings {
-                policy: s.policy,
-                transaction_min: s.transaction_min,
-                drain_limit: s.drain_limit,
-                server_limit: s.server_limit,
-                name: s.name.clone(),
-                #[cfg(feature = "metrics")]
-                metrics: s.metrics.clone(),
-            });
-        }
-        Arc::get_mut(&mut self.settings).expect("just made unique")
+        Arc::make_mut(&mut self.settings)
     }
 
     /// The time kept back from the cutoff for the answer to come back from the database

@@ -8,7 +8,7 @@ use deadline::trace::{Span, name, outcome};
 use deadline_http::DeadlineContext;
 use tokio::time::Instant;
 
-use crate::pool::Settings;
+use crate::settings::Settings;
 
 /// How a statement ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -37,8 +37,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{CancelToken, Client, NoTls, Statement};
 
 use crate::error::Error;
-use crate::pool::Settings;
 use crate::record::{Outcome, Record};
+use crate::settings::Settings;
 
 /// What a connection's statements share with its hand-back.
 #[derive(Debug, Default)]
@@ -46,6 +46,9 @@ pub(crate) struct Shared {
     /// A statement's future was dropped or cut while it ran: the connection must be drained
     /// before anyone else gets it.
     pub(crate) interrupted: AtomicBool,
+    /// The session ended under a statement (its backend was killed, the server went down):
+    /// the connection is closed, never given back.
+    pub(crate) broken: AtomicBool,
     /// The cancel request in flight, awaited before the drain.
     pub(crate) cancel: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
@@ -157,6 +160,9 @@ impl Runner<'_> {
             };
             let result = async { execute(prepare.await?).await }.await;
             flight.disarm();
+            if let Err(e) = &result {
+                self.note_broken(e);
+            }
             record.end(if result.is_ok() {
                 Outcome::Ok
             } else {
@@ -247,9 +253,24 @@ impl Runner<'_> {
                 })
             }
             Err(Cut::Failed(e)) => {
+                self.note_broken(&e);
                 record.end(Outcome::Error);
                 Err(Error::Postgres(e))
             }
+        }
+    }
+
+    /// Marks the connection broken when `e` says its session is over: the client has seen the
+    /// connection end, or the server sent a `FATAL` (or `PANIC`) error, after which it closes
+    /// the session. Nothing else may be queued behind such a statement to fail with it (outside
+    /// a deadline, or without `statement_timeout`), and the pool's own check
+    /// ([`Client::is_closed`]) can run before the client has read the connection's end.
+    fn note_broken(&self, e: &tokio_postgres::Error) {
+        let fatal = e
+            .as_db_error()
+            .is_some_and(|db| matches!(db.severity(), "FATAL" | "PANIC"));
+        if fatal || e.is_closed() || self.client.is_closed() {
+            self.shared.broken.store(true, Ordering::SeqCst);
         }
     }
 

@@ -67,6 +67,33 @@ impl Watcher {
             .get(0)
     }
 
+    /// Ends every backend (but the watcher's) whose current or last statement contains
+    /// `marker`, so a test leaves nothing running; returns how many it ended.
+    pub(crate) async fn terminate(&self, marker: &str) -> i64 {
+        self.client
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE pid <> pg_backend_pid() AND query LIKE $1",
+                &[&format!("%{marker}%")],
+            )
+            .await
+            .expect("backends can be terminated")
+            .get(0)
+    }
+
+    /// Ends every backend whose `application_name` is `name`; returns how many it ended.
+    pub(crate) async fn terminate_application(&self, name: &str) -> i64 {
+        self.client
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE pid <> pg_backend_pid() AND application_name = $1",
+                &[&name],
+            )
+            .await
+            .expect("backends can be terminated")
+            .get(0)
+    }
+
     /// How long until no statement containing `marker` is active (sampled every 5 ms), or
     /// `None` if one still is after `limit`.
     pub(crate) async fn gone_within(&self, marker: &str, limit: Duration) -> Option<Duration> {
