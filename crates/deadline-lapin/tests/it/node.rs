@@ -11,6 +11,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -37,7 +38,12 @@ fn free_port() -> u16 {
 impl Node {
     /// Starts a fresh node and waits until it accepts AMQP connections.
     pub(crate) async fn start() -> Node {
-        let id = std::process::id();
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
         let dir = std::env::temp_dir().join(format!("deadline-lapin-node-{id}"));
         let _ = std::fs::remove_dir_all(&dir);
         for sub in ["home", "mnesia", "log"] {
@@ -145,6 +151,16 @@ impl Node {
         }
         // The script has exited once the VM has; nothing of the group may linger.
         signal(child.id(), "KILL");
+    }
+
+    /// Kills the node (SIGKILL to its process group: a crash, nothing flushed) and waits
+    /// until it has exited.
+    pub(crate) async fn kill(&mut self) {
+        let mut child = self.child.take().expect("the node is running");
+        signal(child.id(), "KILL");
+        while child.try_wait().expect("the node's status").is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn output(&self) -> String {

@@ -31,6 +31,24 @@ const WORK: Duration = Duration::from_millis(30);
 /// confirmation or an acknowledgement lost with the connection) are counted and reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_loses_no_live_message() {
+    restart_mid_run(Stop::Clean).await;
+}
+
+/// The same run, with the broker killed (SIGKILL: a crash, nothing flushed, no connection
+/// closed) instead of stopped: a publish returns only once the broker has the message on
+/// disk, so even a crash loses none whose publish returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_crash_loses_no_confirmed_message() {
+    restart_mid_run(Stop::Kill).await;
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Clean,
+    Kill,
+}
+
+async fn restart_mid_run(stop: Stop) {
     let mut node = Node::start().await;
     let url = node.url();
     let queue = "deadline-lapin-test-restart";
@@ -118,7 +136,10 @@ async fn a_broker_restart_loses_no_live_message() {
     let before = confirmed.lock().unwrap().len();
     let worked_before = worked.lock().unwrap().len();
     let stopping = Instant::now();
-    node.stop().await;
+    match stop {
+        Stop::Clean => node.stop().await,
+        Stop::Kill => node.kill().await,
+    }
     let stopped_in = Instant::now().saturating_duration_since(stopping);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let starting = Instant::now();
@@ -152,7 +173,7 @@ async fn a_broker_restart_loses_no_live_message() {
     let works: u32 = worked.values().sum();
     let duplicates = works as usize - worked.len();
     eprintln!(
-        "restart run: {MESSAGES} produced, {} confirmed ({before} before the stop), {} worked \
+        "restart run ({stop:?}): {MESSAGES} produced, {} confirmed ({before} before the stop), {} worked \
          ({worked_before} before the stop), {duplicates} worked twice or more, {} lost; broker \
          stopped in {stopped_in:?}, down 1.5 s, up again in {started_in:?}; producer: {} \
          reconnect(s), {} publish(es) sent again; consumer: {} reconnect(s), {resubscribed} \
