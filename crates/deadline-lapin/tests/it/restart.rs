@@ -11,10 +11,13 @@ use std::time::Duration;
 
 use deadline_lapin::lapin::options::QueueDeleteOptions;
 use deadline_lapin::lapin::{Connection, ConnectionProperties};
-use deadline_lapin::{Broker, Consumer, Expiry, Handled, QueueOptions, Reconnect, declare_queue};
+use deadline_lapin::{
+    Broker, Consumer, Expiry, Handled, Message, Producer, QueueOptions, Reconnect, declare_queue,
+};
 use tokio::time::Instant;
 
 use crate::node::Node;
+use crate::support::{Queues, connect};
 
 /// Messages produced in the run.
 const MESSAGES: usize = 200;
@@ -206,4 +209,74 @@ async fn restart_mid_run(stop: Stop) {
         .await;
     let _ = cleanup.close(200, "test done".into()).await;
     drop(node);
+}
+
+/// A consumer whose connection dies mid-work (its process crashing) leaves every message it
+/// had not settled on the queue: the one it was working on and those waiting in its prefetch
+/// window come to the next consumer, flagged redelivered. Manual acknowledgements are what
+/// this needs: with automatic ones the broker forgets a message once it is sent. (A broker
+/// restart alone does not show it: deliveries already sent wait in the client's buffer.)
+#[tokio::test]
+async fn a_consumer_dying_mid_work_loses_nothing() {
+    let mut queues = Queues::new().await;
+    let queue = queues
+        .declare("consumer-dies", QueueOptions::default())
+        .await;
+    let producer = Producer::new(&queues.connection).await.unwrap();
+    for id in 0..20_u32 {
+        producer
+            .publish(
+                &queue,
+                id.to_string().as_bytes(),
+                Expiry::Lifetime(Duration::from_secs(60)),
+            )
+            .await
+            .unwrap();
+    }
+    let worked: Arc<Mutex<BTreeMap<u32, bool>>> = Arc::default();
+    let record = |message: Message| {
+        let id = String::from_utf8_lossy(&message.data).parse().unwrap();
+        worked.lock().unwrap().insert(id, message.redelivered);
+        async { Ok::<(), std::convert::Infallible>(()) }
+    };
+
+    let doomed = connect().await;
+    let mut consumer = Consumer::new(&doomed, &queue, 10).await.unwrap();
+    for _ in 0..3 {
+        let handled = tokio::time::timeout(Duration::from_secs(10), consumer.next(record))
+            .await
+            .expect("a delivery");
+        assert!(matches!(handled, Ok(Some(Handled::Worked { .. }))));
+    }
+    // The fourth message's work never ends: the consumer dies in the middle of it, with the
+    // rest of its prefetch window unsettled.
+    let stuck = consumer.next(|_| std::future::pending::<Result<(), std::convert::Infallible>>());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), stuck)
+            .await
+            .is_err()
+    );
+    drop(consumer);
+    let _ = doomed.close(320, "the consumer dies".into()).await;
+
+    let mut next = Consumer::new(&queues.connection, &queue, 10).await.unwrap();
+    while worked.lock().unwrap().len() < 20 {
+        let handled = tokio::time::timeout(Duration::from_secs(10), next.next(record))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "messages lost with the consumer: worked only {:?}",
+                    worked.lock().unwrap().keys().collect::<Vec<_>>()
+                )
+            });
+        assert!(matches!(handled, Ok(Some(Handled::Worked { .. }))));
+    }
+    let redelivered = worked.lock().unwrap().values().filter(|r| **r).count();
+    assert!(
+        redelivered >= 10,
+        "the stuck message and the prefetch window came back redelivered ({redelivered})"
+    );
+    let _ = next.close().await;
+    assert_eq!(queues.drain(&queue).await, 0, "every message settled once");
+    queues.delete().await;
 }
