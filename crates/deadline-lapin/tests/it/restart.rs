@@ -9,10 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use deadline_http::metrics::{Registry, encode};
 use deadline_lapin::lapin::options::QueueDeleteOptions;
 use deadline_lapin::lapin::{Connection, ConnectionProperties};
 use deadline_lapin::{
-    Broker, Consumer, Expiry, Handled, Message, Producer, QueueOptions, Reconnect, declare_queue,
+    Broker, Consumer, Expiry, Handled, JobMetrics, Message, Producer, QueueOptions, Reconnect,
+    declare_queue,
 };
 use tokio::time::Instant;
 
@@ -69,12 +71,17 @@ async fn restart_mid_run(stop: Stop) {
         give_up_after: Duration::from_secs(90),
         ..Reconnect::default()
     };
+    let mut registry = Registry::default();
+    let metrics = JobMetrics::register(&mut registry, "restart");
+    metrics.touch(queue);
     let producing = Broker::connect_with(&url, reconnect)
         .await
-        .expect("connect");
+        .expect("connect")
+        .record_metrics(&metrics);
     let consuming = Broker::connect_with(&url, reconnect)
         .await
-        .expect("connect");
+        .expect("connect")
+        .record_metrics(&metrics);
 
     // Producer: every id whose publish returned Ok is owed at least one piece of work.
     let confirmed = Arc::new(Mutex::new(BTreeSet::new()));
@@ -198,6 +205,31 @@ async fn restart_mid_run(stop: Stop) {
     assert!(
         producing.reconnects() >= 1 && consuming.reconnects() >= 1 && resubscribed >= 1,
         "both sides lived through the restart"
+    );
+
+    // The run reports it in its metrics too.
+    let text = encode(&registry).unwrap();
+    let series = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    assert_eq!(
+        series(r#"deadline_broker_reconnects_total{service="restart"}"#),
+        producing.reconnects() + consuming.reconnects()
+    );
+    assert_eq!(
+        series(&format!(
+            r#"deadline_messages_republished_total{{service="restart",queue="{queue}"}}"#
+        )),
+        producing.republished()
+    );
+    assert_eq!(
+        series(&format!(
+            r#"deadline_messages_produced_total{{service="restart",queue="{queue}"}}"#
+        )),
+        MESSAGES as u64,
+        "each message counted produced once, however often it was sent"
     );
 
     let cleanup = Connection::connect(&url, ConnectionProperties::default())
