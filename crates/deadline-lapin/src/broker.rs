@@ -247,15 +247,20 @@ impl Broker {
         }
     }
 
-    /// Marks connection `generation` as dropped, so the next use dials again.
-    async fn dropped(&self, generation: u64) {
+    /// After a failed publish on connection `generation`: forgets its producer (the channel
+    /// is dead either way), and says whether the connection itself was lost (then the next
+    /// use dials again), as opposed to only the channel (a refusal to publish again).
+    async fn dropped(&self, generation: u64) -> bool {
         let mut state = self.inner.state.lock().await;
-        if state.generation == generation {
-            state.producer = None;
-            if let Some(connection) = &state.connection
-                && !connection.status().connected()
-            {
+        if state.generation != generation {
+            return true;
+        }
+        state.producer = None;
+        match &state.connection {
+            Some(connection) if connection.status().connected() => false,
+            _ => {
                 state.connection = None;
+                true
             }
         }
     }
@@ -274,7 +279,8 @@ impl Broker {
 
     /// Publishes as [`Producer::publish_with`] does, publishing again on a new connection if
     /// the connection drops before the broker's confirmation (at least once: see the
-    /// [module docs](self)). The expiry is resolved once, before the first attempt, so a
+    /// [module docs](self)). An error that closes only the channel, with the connection up,
+    /// is returned, not retried. The expiry is resolved once, before the first attempt, so a
     /// message published again keeps its instant (and the TTL shrinks accordingly).
     pub async fn publish_with(
         &self,
@@ -313,9 +319,15 @@ impl Broker {
                 Err(PublishError::Broker(err))
                     if Instant::now().saturating_duration_since(started) < give_up_after =>
                 {
-                    tracing::warn!(%err, routing_key, "publish not confirmed; publishing again");
-                    self.dropped(generation).await;
+                    // A connection that is going down may still read as connected for a
+                    // moment: look twice before taking the error for the channel's own.
+                    let mut lost = self.dropped(generation).await;
                     tokio::time::sleep(self.inner.reconnect.first_wait).await;
+                    lost = lost || self.dropped(generation).await;
+                    if !lost {
+                        return Err(PublishError::Broker(err));
+                    }
+                    tracing::warn!(%err, routing_key, "publish not confirmed; publishing again");
                 }
                 other => return other,
             }

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use deadline_http::metrics::{Registry, encode};
 use deadline_lapin::lapin::options::QueueDeleteOptions;
-use deadline_lapin::lapin::{Connection, ConnectionProperties};
+use deadline_lapin::lapin::{BasicProperties, Connection, ConnectionProperties};
 use deadline_lapin::{
-    Broker, Consumer, Expiry, Handled, JobMetrics, Message, Producer, QueueOptions, Reconnect,
-    declare_queue,
+    Broker, Consumer, Expiry, Handled, JobMetrics, Message, Producer, PublishError, QueueOptions,
+    Reconnect, declare_queue,
 };
 use tokio::time::Instant;
 
@@ -310,5 +310,43 @@ async fn a_consumer_dying_mid_work_loses_nothing() {
     );
     let _ = next.close().await;
     assert_eq!(queues.drain(&queue).await, 0, "every message settled once");
+    queues.delete().await;
+}
+
+/// An error that closes only the publishing channel (here the broker refuses a `user-id` that
+/// is not the connection's user) is returned at once, not mistaken for a dropped connection and
+/// retried until the give-up time; the next publish gets a fresh channel and succeeds.
+#[tokio::test]
+async fn a_channel_error_is_returned_not_retried() {
+    let mut queues = Queues::new().await;
+    let queue = queues
+        .declare("channel-error", QueueOptions::default())
+        .await;
+    let broker = Broker::connect(&crate::support::broker_url())
+        .await
+        .expect("connect");
+    let started = Instant::now();
+    let refused = broker
+        .publish_with(
+            &queue,
+            b"impostor",
+            Expiry::Never,
+            BasicProperties::default().with_user_id("not-the-connections-user".into()),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(PublishError::Broker(_))),
+        "{refused:?}"
+    );
+    assert!(
+        Instant::now().saturating_duration_since(started) < Duration::from_secs(5),
+        "returned at once, not retried"
+    );
+    assert_eq!((broker.reconnects(), broker.republished()), (0, 0));
+    broker
+        .publish(&queue, b"honest", Expiry::Never)
+        .await
+        .expect("the next publish, on a fresh channel");
+    assert_eq!(queues.drain(&queue).await, 1);
     queues.delete().await;
 }
