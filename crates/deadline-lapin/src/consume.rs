@@ -57,6 +57,7 @@ use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::time::Instant;
 
+use crate::broker::Broker;
 use crate::clock::wall_now;
 use crate::metrics::{JobMetrics, Outcome};
 use crate::stamp::{self, ExpiryStamp, MalformedExpiry};
@@ -73,6 +74,18 @@ pub struct Consumer {
     reserve: Duration,
     min_budget: Duration,
     metrics: Option<JobMetrics>,
+    resume: Option<Resume>,
+}
+
+/// What a consumer made with [`Consumer::on`] needs to subscribe again after the connection
+/// dropped.
+struct Resume {
+    broker: Broker,
+    prefetch: u16,
+    /// The subscription's channel is known dead (an acknowledgement failed): subscribe again
+    /// before waiting for the next delivery.
+    stale: bool,
+    resubscribed: u64,
 }
 
 impl fmt::Debug for Consumer {
@@ -196,18 +209,33 @@ impl Consumer {
         prefetch: u16,
     ) -> Result<Consumer, lapin::Error> {
         let channel = connection.create_channel().await?;
-        channel
-            .basic_qos(prefetch.max(1), BasicQosOptions::default())
-            .await?;
-        let name = crate::queue::name(queue)?;
-        let deliveries = channel
-            .basic_consume(
-                name,
-                ShortString::default(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        Consumer::subscribed(channel, queue, prefetch, None).await
+    }
+
+    /// Starts consuming `queue` as [`new`](Self::new) does, on a connection of `broker` that
+    /// is re-dialled when it drops: [`next`](Self::next) then subscribes again on the new
+    /// connection by itself instead of returning the error, and messages that were delivered
+    /// but not settled come back from the broker (see the [broker module](crate::broker)).
+    /// `next` returns `Err` only when the broker stays unreachable longer than its
+    /// [`Reconnect::give_up_after`](crate::Reconnect::give_up_after).
+    pub async fn on(broker: &Broker, queue: &str, prefetch: u16) -> Result<Consumer, lapin::Error> {
+        let (channel, _) = broker.channel().await?;
+        let resume = Resume {
+            broker: broker.clone(),
+            prefetch,
+            stale: false,
+            resubscribed: 0,
+        };
+        Consumer::subscribed(channel, queue, prefetch, Some(resume)).await
+    }
+
+    async fn subscribed(
+        channel: Channel,
+        queue: &str,
+        prefetch: u16,
+        resume: Option<Resume>,
+    ) -> Result<Consumer, lapin::Error> {
+        let deliveries = subscribe(&channel, queue, prefetch).await?;
         Ok(Consumer {
             channel,
             queue: Arc::from(queue),
@@ -216,7 +244,48 @@ impl Consumer {
             reserve: Duration::ZERO,
             min_budget: Duration::ZERO,
             metrics: None,
+            resume,
         })
+    }
+
+    /// How many times this consumer subscribed again after its connection dropped (a consumer
+    /// made with [`on`](Self::on); always 0 otherwise).
+    pub fn resubscribed(&self) -> u64 {
+        self.resume.as_ref().map_or(0, |resume| resume.resubscribed)
+    }
+
+    /// Subscribes again on a live connection of the broker, re-dialled if need be.
+    async fn resubscribe(&mut self) -> Result<(), lapin::Error> {
+        let Some(resume) = &mut self.resume else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let give_up_after = resume.broker.reconnect_policy().give_up_after;
+        loop {
+            let attempt = async {
+                let (channel, _) = resume.broker.channel().await?;
+                let deliveries = subscribe(&channel, &self.queue, resume.prefetch).await?;
+                Ok::<_, lapin::Error>((channel, deliveries))
+            }
+            .await;
+            match attempt {
+                Ok((channel, deliveries)) => {
+                    self.channel = channel;
+                    self.deliveries = deliveries;
+                    resume.stale = false;
+                    resume.resubscribed += 1;
+                    tracing::info!(queue = %self.queue, "consumer subscribed again");
+                    return Ok(());
+                }
+                Err(err) if Instant::now().saturating_duration_since(started) >= give_up_after => {
+                    return Err(err);
+                }
+                Err(err) => {
+                    tracing::warn!(queue = %self.queue, %err, "cannot subscribe again yet");
+                    tokio::time::sleep(resume.broker.reconnect_policy().first_wait).await;
+                }
+            }
+        }
     }
 
     /// How far the producers' wall clocks may be trusted (default: the core's
@@ -270,14 +339,40 @@ impl Consumer {
         F: Future<Output = Result<(), E>>,
         E: fmt::Display,
     {
-        let delivery = std::future::poll_fn(|cx| {
-            futures_core::Stream::poll_next(Pin::new(&mut self.deliveries), cx)
-        })
-        .await;
-        match delivery {
-            None => Ok(None),
-            Some(Err(err)) => Err(err),
-            Some(Ok(delivery)) => self.handle(delivery, handler).await.map(Some),
+        loop {
+            if self.resume.as_ref().is_some_and(|resume| resume.stale) {
+                self.resubscribe().await?;
+            }
+            let delivery = std::future::poll_fn(|cx| {
+                futures_core::Stream::poll_next(Pin::new(&mut self.deliveries), cx)
+            })
+            .await;
+            match delivery {
+                Some(Ok(delivery)) => {
+                    let (handled, settled) = self.handle(delivery, handler).await;
+                    return match (settled, &mut self.resume) {
+                        (Ok(()), _) => Ok(Some(handled)),
+                        // The work is done but its settlement was lost with the connection:
+                        // the broker delivers the message again (at least once). Report what
+                        // the handler did, and subscribe again before the next delivery.
+                        (Err(err), Some(resume)) => {
+                            tracing::warn!(queue = %self.queue, %err, "settlement lost with the connection; the message comes again");
+                            resume.stale = true;
+                            Ok(Some(handled))
+                        }
+                        (Err(err), None) => Err(err),
+                    };
+                }
+                Some(Err(err)) if self.resume.is_some() => {
+                    tracing::warn!(queue = %self.queue, %err, "consumer's connection dropped");
+                    self.resubscribe().await?;
+                }
+                None if self.resume.is_some() && !self.channel.status().connected() => {
+                    self.resubscribe().await?;
+                }
+                None => return Ok(None),
+                Some(Err(err)) => return Err(err),
+            }
         }
     }
 
@@ -318,7 +413,13 @@ impl Consumer {
         }
     }
 
-    async fn handle<H, F, E>(&self, delivery: Delivery, handler: H) -> Result<Handled, lapin::Error>
+    /// Checks and works on `delivery`, then settles it: what became of it, and whether the
+    /// settlement reached the broker.
+    async fn handle<H, F, E>(
+        &self,
+        delivery: Delivery,
+        handler: H,
+    ) -> (Handled, Result<(), lapin::Error>)
     where
         H: FnOnce(Message) -> F,
         F: Future<Output = Result<(), E>>,
@@ -367,29 +468,46 @@ impl Consumer {
                 }
             }
         };
-        match &handled {
+        let settled = match &handled {
             Handled::Malformed { error, .. } => {
                 tracing::warn!(queue = %self.queue, %error, "message rejected: malformed expiry");
-                delivery
-                    .reject(BasicRejectOptions { requeue: false })
-                    .await?;
+                delivery.reject(BasicRejectOptions { requeue: false }).await
             }
             Handled::Failed { error, .. } => {
                 tracing::warn!(queue = %self.queue, %error, "message rejected: the handler failed");
-                delivery
-                    .reject(BasicRejectOptions { requeue: false })
-                    .await?;
+                delivery.reject(BasicRejectOptions { requeue: false }).await
             }
             Handled::Worked { .. }
             | Handled::Expired { .. }
             | Handled::NotEnoughTime { .. }
-            | Handled::DeadlineExceeded { .. } => {
-                delivery.ack(BasicAckOptions::default()).await?;
-            }
-        }
-        if let Some(metrics) = &self.metrics {
+            | Handled::DeadlineExceeded { .. } => delivery.ack(BasicAckOptions::default()).await,
+        };
+        if let Some(metrics) = &self.metrics
+            && (settled.is_ok() || self.resume.is_some())
+        {
             metrics.consumed(&self.queue, handled.outcome(), age);
         }
-        Ok(handled)
+        (handled, settled.map(drop))
     }
+}
+
+/// Sets the prefetch window of `channel` and subscribes it to `queue`, with manual
+/// acknowledgements.
+async fn subscribe(
+    channel: &Channel,
+    queue: &str,
+    prefetch: u16,
+) -> Result<lapin::Consumer, lapin::Error> {
+    channel
+        .basic_qos(prefetch.max(1), BasicQosOptions::default())
+        .await?;
+    let name = crate::queue::name(queue)?;
+    channel
+        .basic_consume(
+            name,
+            ShortString::default(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
 }

@@ -70,9 +70,12 @@
 //! - [`produce`]: [`Producer`], stamping and confirmed publishing.
 //! - [`consume`]: [`Consumer`], the check before work, the handler's deadline, the rule for a
 //!   malformed header (dead-lettered, never worked on).
+//! - [`broker`]: [`Broker`], a connection re-dialled when the broker restarts, with publishes
+//!   confirmed again and consumers subscribing again (at least once, nothing lost).
 //! - [`metrics`]: produced, consumed by outcome (`expired` among them), age at consumption.
 //! - [`stamp`]: the two headers, written and read.
 
+pub mod broker;
 mod clock;
 pub mod consume;
 pub mod metrics;
@@ -81,6 +84,7 @@ pub mod produce;
 mod queue;
 pub mod stamp;
 
+pub use broker::{Broker, Reconnect};
 pub use consume::{Consumer, Handled, Message};
 pub use metrics::{JobMetrics, Outcome};
 pub use policy::{Expiry, NoRequestDeadline};

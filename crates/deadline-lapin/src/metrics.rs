@@ -6,6 +6,8 @@
 //! | `deadline_messages_produced_total` | counter | `service`, `queue` | messages published and confirmed by the broker |
 //! | `deadline_messages_consumed_total` | counter | `service`, `queue`, `outcome` | messages consumed, by what became of them: `ok`, `expired`, `malformed`, `deadline`, `error` (see [`Outcome`]) |
 //! | `deadline_message_age_seconds` | histogram | `service`, `queue` | how long a message waited, from its publish to its consumption (messages carrying `deadline-produced-at`) |
+//! | `deadline_broker_reconnects_total` | counter | `service` | broker connections dialled again after they dropped (a [`Broker`](crate::Broker)) |
+//! | `deadline_messages_republished_total` | counter | `service`, `queue` | publishes sent again because the connection dropped before the broker's confirmation (each may be a duplicate) |
 //!
 //! "Discarded as expired" is `deadline_messages_consumed_total{outcome="expired"}`. The
 //! histogram uses the HTTP set's [`BUCKETS`] (1 ms to an hour), so a message that waited a day is in the `+Inf` bucket
@@ -79,6 +81,11 @@ struct QueueLabels {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ServiceLabels {
+    service: Arc<str>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ConsumedLabels {
     service: Arc<str>,
     queue: Arc<str>,
@@ -104,6 +111,8 @@ struct Families {
     produced: Family<QueueLabels, Counter>,
     consumed: Family<ConsumedLabels, Counter>,
     age: Family<QueueLabels, Histogram, fn() -> Histogram>,
+    reconnects: Family<ServiceLabels, Counter>,
+    republished: Family<QueueLabels, Counter>,
 }
 
 /// The queued-work metric families in an application's [`Registry`]. Cheap to clone.
@@ -121,6 +130,8 @@ impl JobMetrics {
             produced: Family::default(),
             consumed: Family::default(),
             age: Family::new_with_constructor(histogram as fn() -> Histogram),
+            reconnects: Family::default(),
+            republished: Family::default(),
         };
         // Counters are registered without `_total`: the encoder appends it.
         registry.register(
@@ -137,6 +148,16 @@ impl JobMetrics {
             "deadline_message_age_seconds",
             "How long a message waited from its publish to its consumption",
             families.age.clone(),
+        );
+        registry.register(
+            "deadline_broker_reconnects",
+            "Broker connections dialled again after they dropped",
+            families.reconnects.clone(),
+        );
+        registry.register(
+            "deadline_messages_republished",
+            "Publishes sent again because the connection dropped before the confirmation",
+            families.republished.clone(),
         );
         JobMetrics {
             families: Arc::new(families),
@@ -156,6 +177,10 @@ impl JobMetrics {
         let labels = self.labels(queue);
         drop(self.families.produced.get_or_create(&labels));
         drop(self.families.age.get_or_create(&labels));
+        drop(self.families.republished.get_or_create(&labels));
+        drop(self.families.reconnects.get_or_create(&ServiceLabels {
+            service: labels.service.clone(),
+        }));
         for outcome in Outcome::ALL {
             drop(self.families.consumed.get_or_create(&ConsumedLabels {
                 service: labels.service.clone(),
@@ -163,6 +188,22 @@ impl JobMetrics {
                 outcome: OutcomeLabel(outcome),
             }));
         }
+    }
+
+    pub(crate) fn reconnected(&self) {
+        self.families
+            .reconnects
+            .get_or_create(&ServiceLabels {
+                service: self.service.clone(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn republished(&self, queue: &str) {
+        self.families
+            .republished
+            .get_or_create(&self.labels(queue))
+            .inc();
     }
 
     pub(crate) fn produced(&self, queue: &str) {
