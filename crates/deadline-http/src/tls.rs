@@ -99,17 +99,9 @@ impl fmt::Display for TlsConfigError {
     }
 }
 
-impl std::error::Error for TlsConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            TlsConfigError::ReadCert { source, .. } | TlsConfigError::ReadKey { source, .. } => {
-                Some(source)
-            }
-            TlsConfigError::NoCert { .. } => None,
-            TlsConfigError::Rejected(error) => Some(error),
-        }
-    }
-}
+// The message already holds the cause's own, so `source` is left empty: a report printing the
+// chain would say it twice.
+impl std::error::Error for TlsConfigError {}
 
 /// A server configuration from a PEM certificate chain (the server's certificate first, then
 /// any intermediates) and a PEM private key (PKCS #8, PKCS #1 or SEC1), offering ALPN `h2` then
