@@ -63,6 +63,10 @@ pub(crate) struct ServiceArgs {
     /// The private key of --tls-cert, in PEM (PKCS #8, PKCS #1 or SEC1).
     #[arg(long, value_name = "PEM")]
     pub tls_key: Option<PathBuf>,
+    /// How long a TLS handshake may take from the connection's acceptance, in ms, before the
+    /// connection is closed (default: --header-timeout). Needs --tls-cert.
+    #[arg(long, value_name = "MS", requires = "tls_cert")]
+    pub tls_handshake_timeout: Option<u64>,
     /// Also serve the admin paths (`/metrics`, `/debug/runtime`) on this address, apart from
     /// the public port (a second line, `admin on http://ADDR`, follows the ready line).
     #[arg(long)]
@@ -288,6 +292,9 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     }
     if args.header_timeout == 0 {
         bail!("--header-timeout must be at least 1 ms");
+    }
+    if args.tls_handshake_timeout == Some(0) {
+        bail!("--tls-handshake-timeout must be at least 1 ms");
     }
     match (&args.tls_cert, &args.tls_key) {
         (Some(_), None) => {
@@ -651,6 +658,15 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
 
 /// The connection limits of `serve`, from the flags.
 fn serve_options(args: &ServiceArgs) -> ServeOptions {
+    let options = serve_limits(args);
+    match args.tls_handshake_timeout {
+        Some(ms) => options.tls_handshake_timeout(Duration::from_millis(ms)),
+        None => options,
+    }
+}
+
+/// The limits of `serve` that do not depend on TLS.
+fn serve_limits(args: &ServiceArgs) -> ServeOptions {
     let keep_alive = (args.keep_alive_interval > 0).then(|| {
         (
             Duration::from_millis(args.keep_alive_interval),

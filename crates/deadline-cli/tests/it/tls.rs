@@ -1,14 +1,18 @@
 //! `deadline service --tls-cert PEM --tls-key PEM`: curl negotiates HTTP/2 or HTTP/1.1 with it
-//! over TLS and the budget is enforced; the two flags go together, and bad PEM files are an error
-//! before anything is served.
+//! over TLS and the budget is enforced; a silent client is closed after
+//! `--tls-handshake-timeout`; the two flags go together, and bad PEM files are an error before
+//! anything is served.
 //!
 //! Certificates are made at run time with rcgen (a CA and a leaf for `127.0.0.1`) in a fresh
 //! temporary directory; no key is committed. curl must be installed: without it the test fails,
 //! it does not pass silently.
 
+use std::io::Read;
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
@@ -178,4 +182,60 @@ fn tls_flags_go_together_and_bad_pem_files_are_refused_before_serving() {
     std::fs::write(&other, KeyPair::generate().unwrap().serialize_pem()).unwrap();
     let err = stderr(service_fails(&["--tls-cert", &cert, "--tls-key", &other]));
     assert!(err.contains("refused"), "{err}");
+}
+
+#[test]
+#[allow(clippy::disallowed_methods)] // a real process in real time: the clock is real
+fn a_silent_client_is_closed_after_the_tls_handshake_timeout() {
+    let pki = Pki::new();
+    let (cert, key) = (pki.path("cert.pem"), pki.path("key.pem"));
+    let svc = Service::start(&[
+        "--name",
+        "inventory",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--header-timeout",
+        "30000",
+        "--tls-handshake-timeout",
+        "500",
+    ]);
+    let t0 = Instant::now();
+    let mut silent = TcpStream::connect(&svc.addr).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    // End of stream or a reset: closed. A timeout (WouldBlock/TimedOut) means still open.
+    let read = silent.read(&mut buf);
+    let after = t0.elapsed();
+    assert!(
+        matches!(&read, Ok(0))
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "still open after {after:?}: {read:?}"
+    );
+    assert!(
+        after >= Duration::from_millis(450),
+        "closed after {after:?}"
+    );
+    assert!(after < Duration::from_secs(8), "closed after {after:?}");
+    let err = String::from_utf8_lossy(
+        &service_fails(&[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-handshake-timeout",
+            "0",
+        ])
+        .stderr,
+    )
+    .into_owned();
+    assert!(
+        err.contains("--tls-handshake-timeout must be at least 1 ms"),
+        "{err}"
+    );
 }
