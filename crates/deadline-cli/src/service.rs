@@ -54,6 +54,19 @@ pub(crate) struct ServiceArgs {
     /// Address to listen on; port 0 picks a free one (the ready line says which).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    /// Speak TLS on --listen with this PEM certificate chain (the server's certificate first),
+    /// with --tls-key. ALPN chooses HTTP/2 (`h2`, what gRPC clients offer) or HTTP/1.1; the
+    /// handshake must end within --header-timeout; plaintext sent to the port is closed. The
+    /// ready line then says `https://`. The admin address stays cleartext.
+    #[arg(long, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert, in PEM (PKCS #8, PKCS #1 or SEC1).
+    #[arg(long, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// How long a TLS handshake may take from the connection's acceptance, in ms, before the
+    /// connection is closed (default: --header-timeout). Needs --tls-cert.
+    #[arg(long, value_name = "MS", requires = "tls_cert")]
+    pub tls_handshake_timeout: Option<u64>,
     /// Also serve the admin paths (`/metrics`, `/debug/runtime`) on this address, apart from
     /// the public port (a second line, `admin on http://ADDR`, follows the ready line).
     #[arg(long)]
@@ -280,6 +293,18 @@ fn validate(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
     if args.header_timeout == 0 {
         bail!("--header-timeout must be at least 1 ms");
     }
+    if args.tls_handshake_timeout == Some(0) {
+        bail!("--tls-handshake-timeout must be at least 1 ms");
+    }
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(_), None) => {
+            bail!("--tls-cert needs --tls-key (give both, or neither to serve cleartext)")
+        }
+        (None, Some(_)) => {
+            bail!("--tls-key needs --tls-cert (give both, or neither to serve cleartext)")
+        }
+        _ => {}
+    }
     if args.idle_timeout == 0 {
         bail!("--idle-timeout must be at least 1 ms");
     }
@@ -330,6 +355,14 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
     }
+    // Read before binding: a bad certificate or key is an error before anything is served.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            deadline_http::tls::server_config_from_pem(cert, key)
+                .context("--tls-cert and --tls-key")?,
+        ),
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -523,7 +556,13 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
 
     let mut stdout = tokio::io::stdout();
     stdout
-        .write_all(format!("listening on http://{addr}\n").as_bytes())
+        .write_all(
+            format!(
+                "listening on {scheme}://{addr}\n",
+                scheme = if tls.is_some() { "https" } else { "http" }
+            )
+            .as_bytes(),
+        )
         .await?;
     // The admin address apart: its own serve loop, answering the admin paths and 404 to any
     // other, stopped with the public one.
@@ -569,9 +608,17 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         let _ = stopped_at.set(Instant::now());
     };
     let drain = Duration::from_secs(args.drain_timeout);
-    deadline_http::serve::serve_with(listener, service, shutdown, serve_options(&args))
-        .await
-        .context("serving")?;
+    match tls {
+        Some(tls) => {
+            deadline_http::serve::serve_tls(listener, tls, service, shutdown, serve_options(&args))
+                .await
+        }
+        None => {
+            deadline_http::serve::serve_with(listener, service, shutdown, serve_options(&args))
+                .await
+        }
+    }
+    .context("serving")?;
     let _ = stop_admin.send(true);
     if let Some(task) = admin_task {
         task.await
@@ -621,6 +668,15 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
 
 /// The connection limits of `serve`, from the flags.
 fn serve_options(args: &ServiceArgs) -> ServeOptions {
+    let options = serve_limits(args);
+    match args.tls_handshake_timeout {
+        Some(ms) => options.tls_handshake_timeout(Duration::from_millis(ms)),
+        None => options,
+    }
+}
+
+/// The limits of `serve` that do not depend on TLS.
+fn serve_limits(args: &ServiceArgs) -> ServeOptions {
     let keep_alive = (args.keep_alive_interval > 0).then(|| {
         (
             Duration::from_millis(args.keep_alive_interval),

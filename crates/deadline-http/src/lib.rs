@@ -53,7 +53,8 @@
 //! between slices of work; [`spawn()`] and [`run_blocking`] run work on other tasks or threads
 //! that still stops at the deadline; [`detach`] runs work that must not inherit it. [`serve()`]
 //! serves any of it over HTTP/1.1 and cleartext HTTP/2 (h2c) on one port, with `TCP_NODELAY` and
-//! graceful shutdown.
+//! graceful shutdown; with the `tls` feature, `serve::serve_tls` speaks TLS on its port, ALPN
+//! choosing HTTP/2 or HTTP/1.1 (see the `tls` module).
 //!
 //! gRPC callers (tonic, grpc-go, grpcio, grpc-js) get the same behaviour in their own terms:
 //! `grpc-timeout` is read as a budget, the layer's own answers are trailers-only
@@ -78,6 +79,8 @@ pub mod propagate;
 pub mod serve;
 pub mod spawn;
 mod time;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use context::{Activity, DeadlineContext, check, current_deadline, detach, with_deadline};
 pub use degrade::pick;

@@ -46,6 +46,12 @@
 //!   drops their requests. An HTTP/2 connection is sent `GOAWAY`: the streams already open run
 //!   to their end, new ones are refused (safe for the client to retry elsewhere: they were
 //!   never processed).
+//! - **TLS on the same terms** (`serve_tls`, feature `tls`). The protocol is the one ALPN
+//!   negotiated (HTTP/2 for `h2`, HTTP/1.1 otherwise), with no sniffing; the handshake runs in
+//!   the connection's task, bounded by [`ServeOptions::tls_handshake_timeout`] (the header-read
+//!   timeout by default), and a failed one (plaintext sent to the port) closes the connection.
+//!   The connection limit counts a connection from its acceptance, handshake included, and
+//!   every other bound here applies once HTTP begins.
 //! - **HTTP/2 resets are hang-ups.** When a client resets one stream (`RST_STREAM`: the attempt
 //!   was abandoned), hyper drops that request's future alone, and the enforce layer reports it
 //!   hung up; the other streams on the connection go on.
@@ -122,6 +128,9 @@ pub struct ServeOptions {
     pub max_connections: Option<usize>,
     /// How long shutdown waits for requests in flight (default [`SHUTDOWN_GRACE`]).
     pub shutdown_grace: Duration,
+    /// How long a TLS handshake may take, from the socket's acceptance (default `None`: the
+    /// header-read timeout). Used by `serve_tls` (feature `tls`) only.
+    pub tls_handshake_timeout: Option<Duration>,
 }
 
 impl Default for ServeOptions {
@@ -133,6 +142,7 @@ impl Default for ServeOptions {
             send_timeout: SEND_TIMEOUT,
             max_connections: None,
             shutdown_grace: SHUTDOWN_GRACE,
+            tls_handshake_timeout: None,
         }
     }
 }
@@ -188,6 +198,22 @@ impl ServeOptions {
     pub fn shutdown_grace(mut self, grace: Duration) -> ServeOptions {
         self.shutdown_grace = grace;
         self
+    }
+
+    /// Sets how long a TLS handshake may take, counted from the socket's acceptance, before the
+    /// connection is closed (default: the header-read timeout). It bounds a client that
+    /// connects and sends nothing, or stops half-way through the handshake. Only `serve_tls`
+    /// (feature `tls`) does a handshake. Zero is taken as 1 ms.
+    pub fn tls_handshake_timeout(mut self, timeout: Duration) -> ServeOptions {
+        self.tls_handshake_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// The TLS handshake timeout in force: the one set, or the header-read timeout.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    fn handshake_timeout(&self) -> Duration {
+        self.tls_handshake_timeout
+            .unwrap_or(self.header_read_timeout)
     }
 }
 
@@ -342,6 +368,76 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    accept_loop(listener, service, shutdown, options, None).await
+}
+
+/// As [`serve_with`], speaking TLS on every connection: after the handshake, HTTP/2 if ALPN
+/// chose `h2`, HTTP/1.1 otherwise (see [`tls`](crate::tls) for the rules and
+/// [`server_config_from_pem`](crate::tls::server_config_from_pem) for a configuration offering
+/// both). The handshake runs in the connection's task, bounded by
+/// [`ServeOptions::tls_handshake_timeout`]; a connection that fails it (plaintext HTTP sent to
+/// the port, say) is logged at debug level and closed. Every other bound of the
+/// [module docs](self) applies to TLS connections as well, the connection limit counting a
+/// connection from its acceptance.
+///
+/// ```no_run
+/// use deadline_http::serve::{ServeOptions, serve_tls};
+/// use deadline_http::tls::server_config_from_pem;
+/// use tower::service_fn;
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let tls = server_config_from_pem("cert.pem", "key.pem")?;
+/// let service = service_fn(|req: http::Request<_>| async move {
+///     let version = format!("{:?}", req.version());
+///     Ok::<_, std::convert::Infallible>(http::Response::new(version))
+/// });
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// serve_tls(listener, tls, service, std::future::pending(), ServeOptions::default()).await?;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "tls")]
+pub async fn serve_tls<S, B>(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) -> io::Result<()>
+where
+    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    accept_loop(listener, service, shutdown, options, Some(acceptor)).await
+}
+
+/// What a connection is accepted with: a TLS acceptor, or nothing to do before HTTP.
+#[cfg(feature = "tls")]
+type Acceptor = tokio_rustls::TlsAcceptor;
+#[cfg(not(feature = "tls"))]
+type Acceptor = std::convert::Infallible;
+
+/// The accept loop of [`serve_with`] and `serve_tls`: cleartext with sniffing when `tls` is
+/// `None`.
+async fn accept_loop<S, B>(
+    listener: TcpListener,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+    tls: Option<Acceptor>,
+) -> io::Result<()>
+where
+    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     // Fails early, and names the address in logs.
     let local = listener.local_addr()?;
     let builder = builder(&options);
@@ -405,16 +501,34 @@ where
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
         let shared = registry.open();
+        let service = Counted {
+            inner: service.clone(),
+            conn: shared.clone(),
+        };
+        #[cfg(feature = "tls")]
+        if let Some(acceptor) = &tls {
+            let handshake = acceptor.accept(Tracked {
+                io: stream,
+                conn: shared.clone(),
+            });
+            let tls_conn = TlsConn {
+                builder: builder.clone(),
+                handshake_timeout: options.handshake_timeout(),
+                registry: registry.clone(),
+                limits,
+                peer,
+            };
+            tokio::spawn(tls_conn.run(handshake, service, shared));
+            continue;
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = &tls;
         let stream = FirstBytes {
             stream: Tracked {
                 io: stream,
                 conn: shared.clone(),
             },
             sniff: Some((0, Box::pin(tokio::time::sleep(options.header_read_timeout)))),
-        };
-        let service = Counted {
-            inner: service.clone(),
-            conn: shared.clone(),
         };
         let connection = builder
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
@@ -445,6 +559,62 @@ where
         }
     }
     Ok(())
+}
+
+/// One TLS connection's task: the handshake, then HTTP in the protocol ALPN chose.
+#[cfg(feature = "tls")]
+struct TlsConn {
+    builder: auto::Builder<StreamExec>,
+    handshake_timeout: Duration,
+    registry: Arc<Registry>,
+    limits: ConnLimits,
+    peer: std::net::SocketAddr,
+}
+
+#[cfg(feature = "tls")]
+impl TlsConn {
+    async fn run<S, B>(
+        self,
+        handshake: tokio_rustls::Accept<Tracked<TcpStream>>,
+        service: Counted<S>,
+        shared: Arc<conn::ConnShared>,
+    ) where
+        S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        let TlsConn {
+            builder,
+            handshake_timeout,
+            registry,
+            limits,
+            peer,
+        } = self;
+        let stream = match conn::handshake(handshake, &shared, &registry, handshake_timeout).await {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(%peer, %error, "TLS connection closed before HTTP");
+                return;
+            }
+        };
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(crate::tls::ALPN_H2);
+        // No sniffing: the protocol is the one ALPN chose (HTTP/1.1 when none was).
+        let builder = if h2 {
+            builder.http2_only()
+        } else {
+            builder.http1_only()
+        };
+        let connection =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let graceful = |connection: Pin<&mut _>| auto::Connection::graceful_shutdown(connection);
+        let ended = conn::drive(connection, graceful, shared, registry, limits).await;
+        if let Err(error) = ended {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+        }
+    }
 }
 
 /// Serves `service` over HTTP/1.1 or h2c on one connection, with the same settings as [`serve`]

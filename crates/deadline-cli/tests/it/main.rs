@@ -17,6 +17,7 @@ mod placement;
 mod postgres;
 mod service;
 mod stream;
+mod tls;
 mod trace;
 mod trace_exposure;
 mod util;

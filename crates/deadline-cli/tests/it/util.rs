@@ -17,15 +17,16 @@ pub(crate) struct Service {
     _stdout: BufReader<ChildStdout>,
 }
 
-/// Reads a just-started server's ready line (`listening on http://ADDR`) from its piped stdout:
+/// Reads a just-started server's ready line (`listening on http://ADDR`, or `https://`) from its piped stdout:
 /// the rest of that stdout, and `ADDR`.
 pub(crate) fn ready_addr(child: &mut Child) -> (BufReader<ChildStdout>, String) {
     let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
     let mut line = String::new();
     stdout.read_line(&mut line).expect("a ready line");
+    let line = line.trim();
     let addr = line
-        .trim()
         .strip_prefix("listening on http://")
+        .or_else(|| line.strip_prefix("listening on https://"))
         .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
         .to_owned();
     (stdout, addr)

@@ -368,6 +368,71 @@ where
     }
 }
 
+/// Why a connection ended before HTTP began on it.
+#[cfg(feature = "tls")]
+#[derive(Debug)]
+pub(super) enum HandshakeEnd<E> {
+    /// The handshake failed (plaintext sent to a TLS port, a certificate refused, a hang-up).
+    Failed(E),
+    /// The handshake did not finish within its timeout.
+    TimedOut(Duration),
+    /// The connection was asked to close (evicted, or the server is shutting down).
+    Closed,
+}
+
+#[cfg(feature = "tls")]
+impl<E: std::fmt::Display> std::fmt::Display for HandshakeEnd<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandshakeEnd::Failed(error) => write!(f, "handshake failed: {error}"),
+            HandshakeEnd::TimedOut(timeout) => {
+                write!(
+                    f,
+                    "handshake not finished within {} ms",
+                    timeout.as_millis()
+                )
+            }
+            HandshakeEnd::Closed => f.write_str("closed during the handshake"),
+        }
+    }
+}
+
+/// Runs a connection's handshake for at most `timeout`, in the connection's task, giving up if
+/// the connection is asked to close meanwhile. On success the connection stays registered for
+/// [`drive`]; otherwise it is unregistered here (its socket is dropped with the handshake).
+#[cfg(feature = "tls")]
+pub(super) async fn handshake<F, T, E>(
+    handshake: F,
+    shared: &ConnShared,
+    registry: &Registry,
+    timeout: Duration,
+) -> Result<T, HandshakeEnd<E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let ended = Ended { shared, registry };
+    let mut handshake = pin!(handshake);
+    let timer = tokio::time::sleep(timeout);
+    let mut timer = pin!(timer);
+    let result = loop {
+        tokio::select! {
+            biased;
+            done = handshake.as_mut() => break done.map_err(HandshakeEnd::Failed),
+            () = timer.as_mut() => break Err(HandshakeEnd::TimedOut(timeout)),
+            () = shared.wake.notified() => {
+                if shared.close.load(Ordering::Acquire) || shared.abort.load(Ordering::Acquire) {
+                    break Err(HandshakeEnd::Closed);
+                }
+            }
+        }
+    };
+    if result.is_ok() {
+        // Still open: `drive` unregisters it when it ends.
+        std::mem::forget(ended);
+    }
+    result
+}
+
 /// Unregisters a connection when its task ends, however it ends.
 struct Ended<'a> {
     shared: &'a ConnShared,

@@ -20,3 +20,5 @@ mod serve_limits;
 mod server_timing;
 mod streams;
 mod throttle;
+#[cfg(feature = "tls")]
+mod tls;
