@@ -38,6 +38,10 @@ use crate::metrics::JobMetrics;
 use crate::policy::Expiry;
 use crate::produce::{Producer, PublishError, Published};
 
+/// How often a publish still waiting for its confirmation looks at its connection: one that
+/// died without failing the wait is noticed this late at most.
+const LIVENESS: Duration = Duration::from_secs(1);
+
 /// How [`Broker`] re-dials a dropped connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reconnect {
@@ -312,10 +316,24 @@ impl Broker {
                 }
             }
             attempt += 1;
-            match producer
-                .publish_with(routing_key, payload, expiry, properties.clone())
-                .await
-            {
+            // Waited for in slices: a confirmation that a dropped connection never ends must
+            // not hold the publish forever, so between slices the connection is looked at.
+            let publish = producer.publish_with(routing_key, payload, expiry, properties.clone());
+            tokio::pin!(publish);
+            let outcome = loop {
+                match tokio::time::timeout(LIVENESS, &mut publish).await {
+                    Ok(outcome) => break outcome,
+                    Err(_) if self.dropped(generation).await => {
+                        break Err(PublishError::Broker(lapin::Error::from(
+                            lapin::ErrorKind::InvalidConnectionState(
+                                lapin::ConnectionState::Closed,
+                            ),
+                        )));
+                    }
+                    Err(_) => {}
+                }
+            };
+            match outcome {
                 Err(PublishError::Broker(err))
                     if Instant::now().saturating_duration_since(started) < give_up_after =>
                 {

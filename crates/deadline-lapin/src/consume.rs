@@ -77,6 +77,10 @@ pub struct Consumer {
     resume: Option<Resume>,
 }
 
+/// How often a re-dialling consumer with no delivery looks at its channel: a connection that
+/// dies without ending the delivery stream is noticed this late at most.
+const LIVENESS: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What a consumer made with [`Consumer::on`] needs to subscribe again after the connection
 /// dropped.
 struct Resume {
@@ -343,10 +347,32 @@ impl Consumer {
             if self.resume.as_ref().is_some_and(|resume| resume.stale) {
                 self.resubscribe().await?;
             }
-            let delivery = std::future::poll_fn(|cx| {
-                futures_core::Stream::poll_next(Pin::new(&mut self.deliveries), cx)
-            })
-            .await;
+            let delivery = if self.resume.is_some() {
+                // A subscription that re-dials must not wait forever on a stream that the
+                // dropped connection never ended: look at the channel every `LIVENESS` while
+                // no delivery comes, and subscribe again once it is closed.
+                let waited = tokio::time::timeout(
+                    LIVENESS,
+                    std::future::poll_fn(|cx| {
+                        futures_core::Stream::poll_next(Pin::new(&mut self.deliveries), cx)
+                    }),
+                )
+                .await;
+                match waited {
+                    Ok(delivery) => delivery,
+                    Err(_) if self.channel.status().connected() => continue,
+                    Err(_) => {
+                        tracing::warn!(queue = %self.queue, "consumer's channel closed without a word; subscribing again");
+                        self.resubscribe().await?;
+                        continue;
+                    }
+                }
+            } else {
+                std::future::poll_fn(|cx| {
+                    futures_core::Stream::poll_next(Pin::new(&mut self.deliveries), cx)
+                })
+                .await
+            };
             match delivery {
                 Some(Ok(delivery)) => {
                     let (handled, settled) = self.handle(delivery, handler).await;
