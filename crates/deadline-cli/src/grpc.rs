@@ -28,11 +28,9 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use deadline::absolute::WallInstant;
-
 use crate::harness::Hop;
 use crate::reply::text;
-use crate::users::{Heard, UserClient, UserResult, absolute_header, hear, one_user, user_client};
+use crate::users::{Heard, UserClient, UserResult, hear, one_user, user_client};
 
 const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
 const TE: HeaderName = HeaderName::from_static("te");
@@ -329,7 +327,7 @@ impl Users {
         url: &str,
         id: &str,
         budget_ms: Option<u64>,
-        gives_up: Option<WallInstant>,
+        gives_up: Option<HeaderValue>,
         wait: Duration,
     ) -> anyhow::Result<UserResult> {
         let client = match self {
@@ -340,7 +338,7 @@ impl Users {
         };
         let mut call = request(url, id).context("building the user's call")?;
         call.headers_mut().remove(deadline_http::IDEMPOTENCY_KEY);
-        if let Some(value) = gives_up.and_then(absolute_header) {
+        if let Some(value) = gives_up {
             call.headers_mut()
                 .insert(deadline::absolute::REQUEST_DEADLINE_HEADER, value);
         }

@@ -66,6 +66,14 @@ impl HoldLine {
     }
 }
 
+/// Now on the wall clock, as the core's instant: what an absolute deadline (`X-Request-Deadline`,
+/// a message's expiry) is measured against.
+pub(crate) fn wall_now() -> deadline::absolute::WallInstant {
+    #[allow(clippy::disallowed_methods)] // absolute deadlines are wall time by definition
+    let now = SystemTime::now();
+    deadline::absolute::WallInstant::from_system_time(now)
+}
+
 /// Milliseconds since the Unix epoch now, as a float. The one wall-clock read of the logs.
 pub(crate) fn epoch_ms_now() -> f64 {
     #[allow(clippy::disallowed_methods)] // log timestamps are wall time by design

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use deadline::absolute::WallInstant;
 
 /// What one user got.
 #[derive(Debug, Clone)]
@@ -41,15 +40,15 @@ pub(crate) fn user_client() -> UserClient {
         .build(connector)
 }
 
-/// One user: sends `GET url` with `budget_ms` (if any), the instant it `gives_up` as
-/// `X-Request-Deadline` (if any) and request id `id`, waits at most `wait`, then gives up
+/// One user: sends `GET url` with `budget_ms` (if any), the `X-Request-Deadline` value of the
+/// instant it gives up (`gives_up`, if any) and request id `id`, waits at most `wait`, then gives up
 /// (dropping the request, which closes its connection).
 pub(crate) async fn one_user(
     client: &UserClient,
     url: &str,
     id: &str,
     budget_ms: Option<u64>,
-    gives_up: Option<WallInstant>,
+    gives_up: Option<http::HeaderValue>,
     wait: Duration,
 ) -> anyhow::Result<UserResult> {
     use http_body_util::BodyExt as _;
@@ -57,7 +56,7 @@ pub(crate) async fn one_user(
     if let Some(budget) = budget_ms {
         request = request.header(deadline::BUDGET_HEADER, budget);
     }
-    if let Some(value) = gives_up.and_then(absolute_header) {
+    if let Some(value) = gives_up {
         request = request.header(deadline::absolute::REQUEST_DEADLINE_HEADER, value);
     }
     let request = request
@@ -80,13 +79,6 @@ pub(crate) async fn one_user(
         })
     };
     Ok(hear(wait, attempt).await)
-}
-
-/// `at` as an `X-Request-Deadline` value (RFC 3339 with milliseconds), or `None` for an
-/// instant that format cannot spell.
-pub(crate) fn absolute_header(at: WallInstant) -> Option<http::HeaderValue> {
-    at.to_rfc3339_millis()
-        .and_then(|text| http::HeaderValue::from_str(&text).ok())
 }
 
 /// What a user heard in time (see [`UserResult`] for each field).
@@ -130,20 +122,5 @@ pub(crate) async fn hear(
         },
         Ok(Err(_)) => unanswered(elapsed),
         Err(_) => unanswered(wait),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_users_give_up_instant_is_sent_as_the_services_read_it() {
-        let at = WallInstant::from_system_time(
-            std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_796_367_399_803),
-        );
-        let value = absolute_header(at).expect("a spellable instant");
-        assert_eq!(value, "2026-12-04T06:56:39.803Z");
-        assert_eq!(WallInstant::parse(value.as_bytes()), Ok(at));
     }
 }

@@ -3,16 +3,17 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use deadline::absolute::WallInstant;
 use deadline_lapin::lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
 use deadline_lapin::lapin::types::FieldTable;
 use deadline_lapin::lapin::{Channel, Connection, ConnectionProperties};
 use deadline_lapin::{Consumer, Expiry, Handled, Producer, QueueOptions, declare_queue};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::holds::wall_now;
 
 use super::Settings;
 use super::report::{RunReport, Sample, WorkRecord, redacted};
@@ -36,12 +37,6 @@ pub(crate) async fn connect(url: &str) -> anyhow::Result<Connection> {
             "RabbitMQ at {shown} did not answer within 15 s ({hint})"
         )),
     }
-}
-
-fn wall_now() -> WallInstant {
-    #[allow(clippy::disallowed_methods)] // ages are measured against the producer's wall clock
-    let now = SystemTime::now();
-    WallInstant::from_system_time(now)
 }
 
 /// What the workers did, shared by the consumer tasks.

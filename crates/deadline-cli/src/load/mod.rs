@@ -17,11 +17,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use deadline::Budget;
 use deadline::absolute::WallInstant;
+use deadline::dialect::{AbsoluteFormat, Dialect};
 use deadline_http::enforce::QueueOrder;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -32,7 +34,7 @@ use figures::{check, schedule_warning, summarize};
 
 use crate::grpc::{Protocol, Users};
 use crate::harness::{Chain, ProcessUsage, reference, user_budget, with_margin};
-use crate::holds::epoch_ms_now;
+use crate::holds::{epoch_ms_now, wall_now};
 use crate::hygiene::{self, ServiceHygiene};
 use crate::outage::{BudgetArg, HedgeArg, Window};
 use crate::placement::{Placement, PlacementArgs};
@@ -362,7 +364,9 @@ async fn run_once(
             let lateness_ms = now.saturating_duration_since(due).as_secs_f64() * 1_000.0;
             let (budget, left) = budget_left(due, wait, margin, now);
             // The instant the user gives up, on the wall clock every hop on this machine reads.
-            let gives_up = absolute.then(|| wall_now().after(left));
+            let gives_up = absolute
+                .then(|| gives_up_header(left, wall_now()))
+                .flatten();
             let result = client.one(&url, &id, Some(budget), gives_up, left).await;
             progress.inc(1);
             result.map(|user| {
@@ -486,10 +490,11 @@ fn exit(checking: bool, passed: bool) -> ExitCode {
     }
 }
 
-/// Now on the wall clock: an `X-Request-Deadline` is an instant on it.
-#[allow(clippy::disallowed_methods)] // the absolute deadline users send is wall time by definition
-fn wall_now() -> WallInstant {
-    WallInstant::from_system_time(SystemTime::now())
+/// The `X-Request-Deadline` of a user who still waits `left` at `now` on the wall clock (the
+/// core's dialect writes it), or `None` once nothing is left.
+fn gives_up_header(left: Duration, now: WallInstant) -> Option<http::HeaderValue> {
+    let left = Budget::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))?;
+    Dialect::RequestDeadline(AbsoluteFormat::Rfc3339Millis).encode(left, now)
 }
 
 /// What a user who arrived at `due` and waits `wait` sends at `now`: the budget (what is left of
@@ -504,9 +509,10 @@ fn budget_left(due: Instant, wait: Duration, margin: u64, now: Instant) -> (u64,
 mod tests {
     use std::time::Duration;
 
+    use deadline::absolute::WallInstant;
     use tokio::time::Instant;
 
-    use super::budget_left;
+    use super::{budget_left, gives_up_header};
 
     #[test]
     fn a_late_send_carries_only_what_is_left_of_the_users_wait() {
@@ -523,5 +529,18 @@ mod tests {
         // Later than the whole wait: nothing left to wait, the smallest budget.
         let gone = due + Duration::from_millis(2_500);
         assert_eq!(budget_left(due, wait, 50, gone), (1, Duration::ZERO));
+    }
+
+    #[test]
+    fn a_users_give_up_instant_is_sent_as_the_services_read_it() {
+        let now = WallInstant::from_system_time(
+            std::time::UNIX_EPOCH + Duration::from_millis(1_796_367_398_003),
+        );
+        let at = now.after(Duration::from_millis(1_800));
+        let value =
+            gives_up_header(Duration::from_millis(1_800), now).expect("a spellable instant");
+        assert_eq!(value, "2026-12-04T06:56:39.803Z");
+        assert_eq!(WallInstant::parse(value.as_bytes()), Ok(at));
+        assert_eq!(gives_up_header(Duration::ZERO, now), None);
     }
 }
