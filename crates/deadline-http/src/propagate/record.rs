@@ -82,9 +82,7 @@ impl CallRecord {
         status: StatusCode,
         response: &Response<RB>,
     ) {
-        if self.close(end, Outcome::Status(status), callee_trace(response)) {
-            self.answered = Some(self.call.attempts.len() - 1);
-        }
+        self.close(end, Outcome::Status(status), callee_trace(response));
     }
 
     /// The planner stopped the call at `now` with `stop`, and the call ends with `result`.
@@ -98,7 +96,7 @@ impl CallRecord {
             // The planner (or the retry budget) refused an attempt: a zero-length span saying
             // why (`skipped`, `throttled`, ...).
             let at = self.context.ms_since_arrival(now);
-            self.call.attempts.push(AttemptSpan {
+            self.push(AttemptSpan {
                 start_ms: at,
                 end_ms: at,
                 outcome: Outcome::Word(word),
@@ -129,16 +127,12 @@ impl CallRecord {
             Ok(response) => (Outcome::Status(response.status()), callee_trace(response)),
             Err(word) => (Outcome::Word(word), None),
         };
-        let answered = matches!(outcome, Outcome::Status(_));
-        self.call.attempts.push(AttemptSpan {
+        self.push(AttemptSpan {
             start_ms: self.context.ms_since_arrival(start),
             end_ms: self.context.ms_since_arrival(end),
             outcome,
             callee,
         });
-        if answered {
-            self.answered = Some(self.call.attempts.len() - 1);
-        }
     }
 
     /// The call ends with a response that stands for `status`.
@@ -146,18 +140,26 @@ impl CallRecord {
         self.outcome = Some(Outcome::Status(status));
     }
 
-    /// Ends the attempt in flight, if any, at `end`; whether there was one.
-    fn close(&mut self, end: Instant, outcome: Outcome, callee: Option<EncodedTrace>) -> bool {
+    /// Ends the attempt in flight, if any, at `end`.
+    fn close(&mut self, end: Instant, outcome: Outcome, callee: Option<EncodedTrace>) {
         let Some(start_ms) = self.in_flight.take() else {
-            return false;
+            return;
         };
-        self.call.attempts.push(AttemptSpan {
+        self.push(AttemptSpan {
             start_ms,
             end_ms: self.context.ms_since_arrival(end),
             outcome,
             callee,
         });
-        true
+    }
+
+    /// Appends `attempt`; one that got a response (a status) becomes the one that answered.
+    fn push(&mut self, attempt: AttemptSpan) {
+        let answered = matches!(attempt.outcome, Outcome::Status(_));
+        self.call.attempts.push(attempt);
+        if answered {
+            self.answered = Some(self.call.attempts.len() - 1);
+        }
     }
 }
 
