@@ -347,18 +347,16 @@ impl Consumer {
             if self.resume.as_ref().is_some_and(|resume| resume.stale) {
                 self.resubscribe().await?;
             }
-            let delivery = if self.resume.is_some() {
+            let next = std::future::poll_fn(|cx| {
+                futures_core::Stream::poll_next(Pin::new(&mut self.deliveries), cx)
+            });
+            let delivery = if self.resume.is_none() {
+                next.await
+            } else {
                 // A subscription that re-dials must not wait forever on a stream that the
                 // dropped connection never ended: look at the channel every `LIVENESS` while
                 // no delivery comes, and subscribe again once it is closed.
-                let waited = tokio::time::timeout(
-                    LIVENESS,
-                    std::future::poll_fn(|cx| {
-                        futures_core::Stream::poll_next(Pin::new(&mut self.deliveries), cx)
-                    }),
-                )
-                .await;
-                match waited {
+                match tokio::time::timeout(LIVENESS, next).await {
                     Ok(delivery) => delivery,
                     Err(_) if self.channel.status().connected() => continue,
                     Err(_) => {
@@ -367,11 +365,6 @@ impl Consumer {
                         continue;
                     }
                 }
-            } else {
-                std::future::poll_fn(|cx| {
-                    futures_core::Stream::poll_next(Pin::new(&mut self.deliveries), cx)
-                })
-                .await
             };
             match delivery {
                 Some(Ok(delivery)) => {
