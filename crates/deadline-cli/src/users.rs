@@ -24,6 +24,9 @@ pub(crate) struct UserResult {
     pub body: Option<String>,
     /// The gRPC status heard, for a gRPC user (`status` is then the HTTP status it stands for).
     pub grpc: Option<deadline::grpc::GrpcCode>,
+    /// Why the user heard nothing, when the call failed before the wait ran out (see
+    /// [`error_kind`]).
+    pub error: Option<&'static str>,
 }
 
 /// An HTTP/1 client for users: pooled, TCP_NODELAY on, no library behaviour of its own.
@@ -109,6 +112,7 @@ pub(crate) async fn hear(
         trace: None,
         body: None,
         grpc: None,
+        error: None,
     };
     match result {
         Ok(Ok(heard)) => UserResult {
@@ -119,8 +123,111 @@ pub(crate) async fn hear(
             trace: heard.trace,
             body: Some(heard.body),
             grpc: heard.grpc,
+            error: None,
         },
-        Ok(Err(_)) => unanswered(elapsed),
+        Ok(Err(err)) => UserResult {
+            error: Some(error_kind(&err)),
+            ..unanswered(elapsed)
+        },
         Err(_) => unanswered(wait),
+    }
+}
+
+/// What kind of failure ended a user's call, in a few words a load report can count: the
+/// operating system's reason when one is in the error's chain (a generator out of file
+/// descriptors or local ports fails differently from a service that hung up), else how the
+/// HTTP exchange broke.
+pub(crate) fn error_kind(err: &anyhow::Error) -> &'static str {
+    for cause in err.chain() {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && let Some(kind) = os_error_kind(io)
+        {
+            return kind;
+        }
+    }
+    for cause in err.chain() {
+        if let Some(hyper) = cause.downcast_ref::<hyper::Error>() {
+            if hyper.is_incomplete_message() {
+                return "connection closed before the answer";
+            }
+            if hyper.is_canceled() {
+                return "request canceled by the client";
+            }
+            if hyper.is_closed() {
+                return "connection closed";
+            }
+            if hyper.is_parse() {
+                return "unreadable answer";
+            }
+        }
+        if let Some(client) = cause.downcast_ref::<hyper_util::client::legacy::Error>()
+            && client.is_connect()
+        {
+            return "connect failed";
+        }
+    }
+    "other error"
+}
+
+/// The operating system's reason for an I/O error, when it is one a load run can cause.
+fn os_error_kind(err: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind;
+    // EMFILE, ENFILE and EADDRNOTAVAIL have no stable `ErrorKind` of their own.
+    match err.raw_os_error() {
+        Some(23 | 24) => return Some("out of file descriptors"),
+        Some(99) => return Some("no free local port"),
+        _ => {}
+    }
+    Some(match err.kind() {
+        ErrorKind::ConnectionRefused => "connection refused",
+        ErrorKind::ConnectionReset => "connection reset",
+        ErrorKind::ConnectionAborted => "connection aborted",
+        ErrorKind::BrokenPipe => "broken pipe",
+        ErrorKind::TimedOut => "timed out",
+        ErrorKind::UnexpectedEof => "connection closed before the answer",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_kind;
+
+    #[test]
+    fn a_generator_out_of_descriptors_is_told_from_a_service_that_hung_up() {
+        let emfile = anyhow::Error::new(std::io::Error::from_raw_os_error(24));
+        assert_eq!(error_kind(&emfile), "out of file descriptors");
+        let reset = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+            .context("sending the user's request");
+        assert_eq!(error_kind(&reset), "connection reset");
+        let refused = anyhow::Error::new(std::io::Error::from_raw_os_error(111));
+        assert_eq!(error_kind(&refused), "connection refused");
+        assert_eq!(error_kind(&anyhow::anyhow!("no reason")), "other error");
+    }
+
+    #[tokio::test]
+    async fn a_service_closing_without_an_answer_is_counted_as_such() {
+        // A listener that reads the request and closes without a word.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt as _;
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await;
+        });
+        let user = super::one_user(
+            &super::user_client(),
+            &format!("http://{addr}/order"),
+            "u-1",
+            Some(1000),
+            None,
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        server.await.unwrap();
+        assert_eq!(user.status, None);
+        assert_eq!(user.error, Some("connection closed before the answer"));
     }
 }

@@ -1,10 +1,11 @@
 //! The figures of one run, from every user's outcome and every hold the services logged, and
 //! the `--check` verdict over both runs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use deadline_http::enforce::QueueOrder;
 use hdrhistogram::Histogram;
+use serde::Serialize;
 
 use super::{Check, LoadArgs, LoadRun, Outcome, mix, outage};
 use crate::holds::HoldLine;
@@ -73,23 +74,9 @@ pub(super) fn summarize(
         .collect();
     let shed = refusals.len();
 
-    let left: HashMap<&str, f64> = outcomes
-        .iter()
-        .map(|o| (o.id.as_str(), o.left_at_ms))
-        .collect();
     let worker_ms: f64 = holds.iter().map(HoldLine::worker_ms).sum();
-    let after: f64 = holds
-        .iter()
-        .map(|h| {
-            let left_at = h
-                .request_id
-                .as_deref()
-                .and_then(|id| left.get(id))
-                .copied()
-                .unwrap_or(f64::INFINITY);
-            h.worked_after(left_at)
-        })
-        .sum();
+    let after_by = after_users_left(&outcomes, holds);
+    let after = after_by.answered_ms + after_by.gave_up_ms + after_by.failed_ms;
     let last_left = outcomes
         .iter()
         .map(|o| o.left_at_ms)
@@ -136,6 +123,8 @@ pub(super) fn summarize(
         latency_p99_ms: latency.value_at_quantile(0.99),
         worker_ms,
         worker_ms_after_users_left: after,
+        after_users_left: after_by,
+        user_errors: user_errors(&outcomes),
         wasted_share: if worker_ms > 0.0 {
             after / worker_ms
         } else {
@@ -180,6 +169,52 @@ pub(super) fn summarize(
             .map(|mix| by_class(mix, &outcomes))
             .unwrap_or_default(),
     }
+}
+
+/// Worker time after users left, split by how each user's wait ended and by service.
+fn after_users_left(outcomes: &[Outcome], holds: &[HoldLine]) -> AfterUsersLeft {
+    let users: HashMap<&str, &Outcome> = outcomes.iter().map(|o| (o.id.as_str(), o)).collect();
+    let mut split = AfterUsersLeft::default();
+    for h in holds {
+        let Some(user) = h.request_id.as_deref().and_then(|id| users.get(id)) else {
+            continue;
+        };
+        let ms = h.worked_after(user.left_at_ms);
+        if ms <= 0.0 {
+            continue;
+        }
+        *match (user.status, user.error) {
+            (Some(_), _) => &mut split.answered_ms,
+            (None, Some(_)) => &mut split.failed_ms,
+            (None, None) => &mut split.gave_up_ms,
+        } += ms;
+        *split.by_service.entry(h.service.clone()).or_default() += ms;
+    }
+    split
+}
+
+/// How many users' calls failed before their wait ran out, by kind.
+fn user_errors(outcomes: &[Outcome]) -> BTreeMap<&'static str, usize> {
+    let mut errors = BTreeMap::new();
+    for kind in outcomes.iter().filter_map(|o| o.error) {
+        *errors.entry(kind).or_default() += 1;
+    }
+    errors
+}
+
+/// Worker time after users left (`worker_ms_after_users_left`), by how the user's wait ended
+/// and by service: work for users whose call failed early (the generator out of descriptors,
+/// say) is the generator's doing, not a hop's.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct AfterUsersLeft {
+    /// For users who heard an answer before it (work that went on after the answer).
+    pub(crate) answered_ms: f64,
+    /// For users who waited their whole wait and gave up.
+    pub(crate) gave_up_ms: f64,
+    /// For users whose call failed before their wait ran out (see `user_errors`).
+    pub(crate) failed_ms: f64,
+    /// The same time, by the service that worked it.
+    pub(crate) by_service: BTreeMap<String, f64>,
 }
 
 /// How each class of `mix` fared.

@@ -176,6 +176,10 @@ pub(crate) struct LoadRun {
     latency_p99_ms: u64,
     worker_ms: f64,
     worker_ms_after_users_left: f64,
+    /// `worker_ms_after_users_left` by how each user's wait ended and by service.
+    after_users_left: figures::AfterUsersLeft,
+    /// Users whose call failed before their wait ran out, by kind (empty when none did).
+    user_errors: std::collections::BTreeMap<&'static str, usize>,
     wasted_share: f64,
     drain_ms: f64,
     calls: usize,
@@ -263,6 +267,8 @@ struct Outcome {
     left_at_ms: f64,
     /// The user's class in `--budget-mix` (0 without one).
     class: usize,
+    /// Why the call failed before the wait ran out, if it did.
+    error: Option<&'static str>,
 }
 
 /// One run of the load through a fresh chain, with or without deadlines.
@@ -380,6 +386,7 @@ async fn run_once(
                     elapsed_ms,
                     left_at_ms: user.left_ms,
                     class,
+                    error: user.error,
                 }
             })
         });

@@ -10,256 +10,228 @@ pub(super) fn print_table(args: &LoadArgs, placement: &Placement, runs: &[LoadRu
     for line in placement.describe() {
         println!("  {line}");
     }
-    let header: Vec<String> = runs
-        .iter()
-        .map(|r| {
-            if r.deadlines {
-                format!(
-                    "with, {}{}{}",
-                    r.queue,
-                    if r.admission { "+adm" } else { "" },
-                    if r.max_queue_wait_ms.is_some() {
-                        "+cap"
-                    } else {
-                        ""
-                    }
-                )
+    let table = Table { runs };
+    table.row("deadlines", runs.iter().map(run_label).collect());
+    table.users();
+    table.outage();
+    table.service_figures();
+    table.work();
+    table.processes();
+}
+
+/// A run's column heading: with or without deadlines, and inventory's queue rules.
+fn run_label(r: &LoadRun) -> String {
+    if r.deadlines {
+        format!(
+            "with, {}{}{}",
+            r.queue,
+            if r.admission { "+adm" } else { "" },
+            if r.max_queue_wait_ms.is_some() {
+                "+cap"
             } else {
-                "without".to_owned()
+                ""
             }
-        })
-        .collect();
-    let row = |label: &str, cells: Vec<String>| {
+        )
+    } else {
+        "without".to_owned()
+    }
+}
+
+/// The runs side by side, one figure a row.
+struct Table<'a> {
+    runs: &'a [LoadRun],
+}
+
+impl Table<'_> {
+    fn row(&self, label: &str, cells: Vec<String>) {
         let mut line = format!("{label:<30}");
         for cell in cells {
             // At least one space between cells, however wide a cell is.
             line.push_str(&format!(" {cell:>15}"));
         }
         println!("{}", line.trim_end());
-    };
-    row("deadlines", header);
-    row(
-        "requests (slow)",
-        runs.iter()
-            .map(|r| format!("{} ({})", r.requests, r.slow_requests))
-            .collect(),
-    );
-    row(
-        "answered in time",
-        runs.iter()
-            .map(|r| format!("{} {:.1} %", r.in_time, r.in_time_share * 100.0))
-            .collect(),
-    );
-    row(
-        "missed: slow / fast",
-        runs.iter()
-            .map(|r| format!("{} / {}", r.slow_missed, r.fast_missed))
-            .collect(),
-    );
-    row(
-        "user latency p50 / p99",
-        runs.iter()
-            .map(|r| format!("{} / {} ms", r.latency_p50_ms, r.latency_p99_ms))
-            .collect(),
-    );
-    let classes = runs
-        .iter()
-        .map(|r| r.budget_classes.len())
-        .max()
-        .unwrap_or(0);
-    for class in 0..classes {
-        let Some(wait) = runs
+    }
+
+    /// One row of `cell` over every run.
+    fn each(&self, label: &str, cell: impl Fn(&LoadRun) -> String) {
+        self.row(label, self.runs.iter().map(cell).collect());
+    }
+
+    /// What the users heard.
+    fn users(&self) {
+        self.each("requests (slow)", |r| {
+            format!("{} ({})", r.requests, r.slow_requests)
+        });
+        self.each("answered in time", |r| {
+            format!("{} {:.1} %", r.in_time, r.in_time_share * 100.0)
+        });
+        self.each("missed: slow / fast", |r| {
+            format!("{} / {}", r.slow_missed, r.fast_missed)
+        });
+        self.each("user latency p50 / p99", |r| {
+            format!("{} / {} ms", r.latency_p50_ms, r.latency_p99_ms)
+        });
+        let kinds: std::collections::BTreeSet<&str> = self
+            .runs
             .iter()
-            .find_map(|r| r.budget_classes.get(class).map(|c| c.wait_ms))
-        else {
-            continue;
-        };
-        row(
-            &format!("  {wait} ms users in time"),
-            runs.iter()
-                .map(|r| {
-                    r.budget_classes.get(class).map_or_else(String::new, |c| {
-                        format!("{} {:.1} %", c.in_time, c.in_time_share * 100.0)
-                    })
-                })
-                .collect(),
-        );
+            .flat_map(|r| r.user_errors.keys().copied())
+            .collect();
+        for kind in kinds {
+            self.each(&format!("  failed: {kind}"), |r| {
+                r.user_errors.get(kind).copied().unwrap_or(0).to_string()
+            });
+        }
+        self.budget_classes();
     }
-    if runs.iter().any(|r| r.outage.is_some()) {
-        row(
-            "calls per request in outage",
-            runs.iter()
-                .map(|r| {
-                    r.calls_per_request_in_outage
-                        .map_or("-".to_owned(), |c| format!("{c:.2}"))
+
+    /// How each class of `--budget-mix` fared.
+    fn budget_classes(&self) {
+        let classes = self
+            .runs
+            .iter()
+            .map(|r| r.budget_classes.len())
+            .max()
+            .unwrap_or(0);
+        for class in 0..classes {
+            let Some(wait) = self
+                .runs
+                .iter()
+                .find_map(|r| r.budget_classes.get(class).map(|c| c.wait_ms))
+            else {
+                continue;
+            };
+            self.each(&format!("  {wait} ms users in time"), |r| {
+                r.budget_classes.get(class).map_or_else(String::new, |c| {
+                    format!("{} {:.1} %", c.in_time, c.in_time_share * 100.0)
                 })
-                .collect(),
-        );
-        row(
-            "  in time during / before",
-            runs.iter()
-                .map(|r| {
-                    r.outage.as_ref().map_or("-".to_owned(), |o| {
-                        format!(
-                            "{:.0} / {:.0} %",
-                            o.in_time_share * 100.0,
-                            o.before_share * 100.0
-                        )
-                    })
-                })
-                .collect(),
-        );
-        row(
-            "  back in time after",
-            runs.iter()
-                .map(|r| {
-                    r.outage.as_ref().map_or("-".to_owned(), |o| {
-                        o.recovery_s
-                            .map_or("never".to_owned(), |s| format!("{s:.1} s"))
-                    })
-                })
-                .collect(),
-        );
+            });
+        }
     }
-    row(
-        "goodput / capacity",
-        runs.iter()
-            .map(|r| format!("{:.1} / {:.0}/s", r.goodput_per_s, r.capacity_per_s))
-            .collect(),
-    );
-    row(
-        "in-time latency p50 / p99",
-        runs.iter()
-            .map(|r| format!("{} / {} ms", r.in_time_p50_ms, r.in_time_p99_ms))
-            .collect(),
-    );
-    row(
-        "refused: n, p50 / p99",
-        runs.iter()
-            .map(|r| {
+
+    /// The outage's figures (with `--outage`).
+    fn outage(&self) {
+        if self.runs.iter().all(|r| r.outage.is_none()) {
+            return;
+        }
+        self.each("calls per request in outage", |r| {
+            r.calls_per_request_in_outage
+                .map_or("-".to_owned(), |c| format!("{c:.2}"))
+        });
+        self.each("  in time during / before", |r| {
+            r.outage.as_ref().map_or("-".to_owned(), |o| {
                 format!(
-                    "{}, {} / {} ms",
-                    r.refused, r.refused_p50_ms, r.refused_p99_ms
+                    "{:.0} / {:.0} %",
+                    o.in_time_share * 100.0,
+                    o.before_share * 100.0
                 )
             })
-            .collect(),
-    );
-    row(
-        "shed by inventory, p99 wait",
-        runs.iter()
-            .map(|r| format!("{}, {:.1} ms", r.shed, r.shed_p99_ms))
-            .collect(),
-    );
-    row(
-        "inventory work, missed users",
-        runs.iter()
-            .map(|r| format!("{:.1} s", r.inventory_worker_ms_on_missed / 1_000.0))
-            .collect(),
-    );
-    row(
-        "calls between services",
-        runs.iter().map(|r| r.calls.to_string()).collect(),
-    );
-    row(
-        "worker time",
-        runs.iter()
-            .map(|r| format!("{:.1} s", r.worker_ms / 1_000.0))
-            .collect(),
-    );
-    row(
-        "  after users left",
-        runs.iter()
-            .map(|r| format!("{:.1} s", r.worker_ms_after_users_left / 1_000.0))
-            .collect(),
-    );
-    row(
-        "  wasted share",
-        runs.iter()
-            .map(|r| format!("{:.1} %", r.wasted_share * 100.0))
-            .collect(),
-    );
-    row(
-        "drain after last user",
-        runs.iter()
-            .map(|r| format!("{:.2} s", r.drain_ms / 1_000.0))
-            .collect(),
-    );
-    if runs.iter().any(|r| r.database.is_some()) {
-        row(
-            "database time (pg_stat_act.)",
-            runs.iter()
-                .map(|r| {
-                    r.database
-                        .map_or("-".to_owned(), |d| format!("{:.1} s", d.db_seconds))
-                })
-                .collect(),
-        );
-        row(
-            "  after users left",
-            runs.iter()
-                .map(|r| {
-                    r.database.map_or("-".to_owned(), |d| {
-                        format!("{:.1} s", d.db_seconds_after_users_left)
-                    })
-                })
-                .collect(),
-        );
-    }
-    row(
-        "sent rate, worst lateness",
-        runs.iter()
-            .map(|r| {
-                format!(
-                    "{:.1}/s {:.1} ms",
-                    r.achieved_rate, r.worst_send_lateness_ms
-                )
+        });
+        self.each("  back in time after", |r| {
+            r.outage.as_ref().map_or("-".to_owned(), |o| {
+                o.recovery_s
+                    .map_or("never".to_owned(), |s| format!("{s:.1} s"))
             })
-            .collect(),
-    );
-    row(
-        "send lateness p99",
-        runs.iter()
-            .map(|r| format!("{:.1} ms", r.send_lateness_p99_ms))
-            .collect(),
-    );
-    let names: Vec<String> = runs
-        .first()
-        .map(|r| r.services.iter().map(|s| s.name.clone()).collect())
-        .unwrap_or_default();
-    for (i, name) in names.iter().enumerate() {
-        row(
-            &format!("{name} CPU, peak RSS"),
-            runs.iter()
-                .map(|r| r.services.get(i).map_or("-".to_owned(), usage_cell))
-                .collect(),
-        );
+        });
     }
-    for (i, name) in names.iter().enumerate() {
-        row(
-            &format!("{name} tasks/fds"),
-            runs.iter()
-                .map(|r| {
-                    r.hygiene
-                        .get(i)
-                        .map_or("-".to_owned(), ServiceHygiene::cell)
+
+    /// Goodput, refusals and shedding.
+    fn service_figures(&self) {
+        self.each("goodput / capacity", |r| {
+            format!("{:.1} / {:.0}/s", r.goodput_per_s, r.capacity_per_s)
+        });
+        self.each("in-time latency p50 / p99", |r| {
+            format!("{} / {} ms", r.in_time_p50_ms, r.in_time_p99_ms)
+        });
+        self.each("refused: n, p50 / p99", |r| {
+            format!(
+                "{}, {} / {} ms",
+                r.refused, r.refused_p50_ms, r.refused_p99_ms
+            )
+        });
+        self.each("shed by inventory, p99 wait", |r| {
+            format!("{}, {:.1} ms", r.shed, r.shed_p99_ms)
+        });
+        self.each("inventory work, missed users", |r| {
+            format!("{:.1} s", r.inventory_worker_ms_on_missed / 1_000.0)
+        });
+        self.each("calls between services", |r| r.calls.to_string());
+    }
+
+    /// Worker time, and the part of it after users left.
+    fn work(&self) {
+        let seconds = |ms: f64| format!("{:.1} s", ms / 1_000.0);
+        self.each("worker time", |r| seconds(r.worker_ms));
+        self.each("  after users left", |r| {
+            seconds(r.worker_ms_after_users_left)
+        });
+        if self.runs.iter().any(|r| r.after_users_left.failed_ms > 0.0) {
+            self.each("    of users answered", |r| {
+                seconds(r.after_users_left.answered_ms)
+            });
+            self.each("    of users who gave up", |r| {
+                seconds(r.after_users_left.gave_up_ms)
+            });
+            self.each("    of users whose call failed", |r| {
+                seconds(r.after_users_left.failed_ms)
+            });
+        }
+        self.each("  wasted share", |r| {
+            format!("{:.1} %", r.wasted_share * 100.0)
+        });
+        self.each("drain after last user", |r| {
+            format!("{:.2} s", r.drain_ms / 1_000.0)
+        });
+        if self.runs.iter().any(|r| r.database.is_some()) {
+            self.each("database time (pg_stat_act.)", |r| {
+                r.database
+                    .map_or("-".to_owned(), |d| format!("{:.1} s", d.db_seconds))
+            });
+            self.each("  after users left", |r| {
+                r.database.map_or("-".to_owned(), |d| {
+                    format!("{:.1} s", d.db_seconds_after_users_left)
                 })
-                .collect(),
-        );
+            });
+        }
     }
-    let metrics: Vec<&[super::metrics::ServiceMetrics]> =
-        runs.iter().map(|r| r.metrics.as_slice()).collect();
-    for (label, cells) in super::metrics::rows(&metrics) {
-        row(&label, cells);
+
+    /// The generator's schedule and every process's resources.
+    fn processes(&self) {
+        self.each("sent rate, worst lateness", |r| {
+            format!(
+                "{:.1}/s {:.1} ms",
+                r.achieved_rate, r.worst_send_lateness_ms
+            )
+        });
+        self.each("send lateness p99", |r| {
+            format!("{:.1} ms", r.send_lateness_p99_ms)
+        });
+        let names: Vec<String> = self
+            .runs
+            .first()
+            .map(|r| r.services.iter().map(|s| s.name.clone()).collect())
+            .unwrap_or_default();
+        for (i, name) in names.iter().enumerate() {
+            self.each(&format!("{name} CPU, peak RSS"), |r| {
+                r.services.get(i).map_or("-".to_owned(), usage_cell)
+            });
+        }
+        for (i, name) in names.iter().enumerate() {
+            self.each(&format!("{name} tasks/fds"), |r| {
+                r.hygiene
+                    .get(i)
+                    .map_or("-".to_owned(), ServiceHygiene::cell)
+            });
+        }
+        let metrics: Vec<&[super::metrics::ServiceMetrics]> =
+            self.runs.iter().map(|r| r.metrics.as_slice()).collect();
+        for (label, cells) in super::metrics::rows(&metrics) {
+            self.row(&label, cells);
+        }
+        self.each("generator CPU", |r| {
+            r.generator_cpu_ms
+                .map_or("-".to_owned(), |ms| format!("{:.1} s", ms / 1_000.0))
+        });
     }
-    row(
-        "generator CPU",
-        runs.iter()
-            .map(|r| {
-                r.generator_cpu_ms
-                    .map_or("-".to_owned(), |ms| format!("{:.1} s", ms / 1_000.0))
-            })
-            .collect(),
-    );
 }
 
 /// `1.2 s, 25 MiB`: CPU time and peak memory, or `-` where unknown.

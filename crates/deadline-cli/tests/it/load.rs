@@ -46,6 +46,22 @@ fn short_load_reports_consistent_figures() {
             "{run}"
         );
         assert!((run["wasted_share"].as_f64().unwrap() - after / worker).abs() < 1e-9);
+        // The split of that time by how users' waits ended, and by service, adds up to it.
+        let split = &run["after_users_left"];
+        let parts: f64 = ["answered_ms", "gave_up_ms", "failed_ms"]
+            .iter()
+            .map(|k| split[k].as_f64().unwrap())
+            .sum();
+        assert!((parts - after).abs() < 1e-6, "{run}");
+        let by_service: f64 = split["by_service"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
+        assert!((by_service - after).abs() < 1e-6, "{run}");
+        // Nothing made a user's call fail in a run this small.
+        assert_eq!(run["user_errors"], serde_json::json!({}), "{run}");
         assert!(run["drain_ms"].as_f64().unwrap() >= 0.0);
         let services: Vec<&str> = run["services"]
             .as_array()

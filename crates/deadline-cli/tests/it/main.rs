@@ -10,6 +10,7 @@ mod grpc;
 mod hold_log;
 mod hostile_downstream;
 mod hygiene;
+mod kernel_queue;
 mod limits;
 mod load;
 mod metrics;
