@@ -108,7 +108,6 @@ pub(crate) struct ChartLine<'a> {
 /// The demo's timeline: for each run, one row per service and one bar per worker hold, split at
 /// the moment the user stopped waiting.
 pub(crate) fn demo_timeline(runs: &[TimelineRun<'_>], user_wait_ms: f64) -> String {
-    let services = ["gateway", "orders", "inventory"];
     let horizon_ms = runs
         .iter()
         .map(|r| {
@@ -119,44 +118,12 @@ pub(crate) fn demo_timeline(runs: &[TimelineRun<'_>], user_wait_ms: f64) -> Stri
                 .fold(0.0, f64::max)
         })
         .fold(user_wait_ms, f64::max);
-    let seconds = (horizon_ms / 1_000.0).ceil().max(1.0);
-    let plot = WIDTH - LEFT - RIGHT;
-    let x = |ms: f64| LEFT + (ms / (seconds * 1_000.0)).clamp(0.0, 1.0) * plot;
-
+    let scale = Scale {
+        seconds: (horizon_ms / 1_000.0).ceil().max(1.0),
+    };
     // Lay out first so the height is known.
-    struct Row<'a> {
-        service: &'a str,
-        holds: Vec<&'a HoldLine>,
-        lanes: Vec<usize>,
-        height: f64,
-    }
-    let mut panels = Vec::new();
-    for run in runs {
-        let rows: Vec<Row<'_>> = services
-            .iter()
-            .map(|service| {
-                let mut holds: Vec<&HoldLine> = run
-                    .holds
-                    .iter()
-                    .filter(|h| h.service == *service && h.start_ms.is_some())
-                    .collect();
-                holds.sort_by(|a, b| {
-                    a.start_ms
-                        .partial_cmp(&b.start_ms)
-                        .unwrap_or(std::cmp::Ordering::Equal)
-                });
-                let lanes = lanes(&holds);
-                let n = lanes.iter().max().map_or(1, |m| m + 1);
-                Row {
-                    service,
-                    holds,
-                    lanes,
-                    height: n as f64 * LANE + 10.0,
-                }
-            })
-            .collect();
-        panels.push((run, rows));
-    }
+    let panels: Vec<(&TimelineRun<'_>, Vec<Row<'_>>)> =
+        runs.iter().map(|run| (run, rows(run))).collect();
     let panel_heights: Vec<f64> = panels
         .iter()
         .map(|(_, rows)| 60.0 + rows.iter().map(|r| r.height).sum::<f64>())
@@ -171,113 +138,181 @@ pub(crate) fn demo_timeline(runs: &[TimelineRun<'_>], user_wait_ms: f64) -> Stri
     );
     let mut y = 50.0;
     for ((run, rows), panel_height) in panels.iter().zip(&panel_heights) {
-        let left = run.user_left_ms;
-        let heard = match run.user_heard_back_ms {
-            Some(at) => format!(
-                "user heard {} at {:.2} s",
-                run.user_status.unwrap_or(0),
-                at / 1_000.0
-            ),
-            None => format!("user gave up at {:.2} s", left / 1_000.0),
-        };
-        let title = format!(
-            "{}: {heard}; {} calls, {} after the user left; work until {:.2} s",
-            match (run.label, run.deadlines) {
-                (Some(label), _) => label,
-                (None, true) => "With deadlines",
-                (None, false) => "Without deadlines",
-            },
-            run.calls,
-            run.calls_after_user_left,
-            run.last_work_end_ms / 1_000.0
-        );
-        let title = match run.db_seconds_after_user_left {
-            Some(s) => format!("{title}; database {s:.2} s after the user left"),
-            None => title,
-        };
-        let _ = writeln!(
-            out,
-            r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
-            y + 18.0,
-            escape(&title)
-        );
-        let top = y + 30.0;
-        let mut row_y = top;
-        for row in rows {
-            let _ = writeln!(
-                out,
-                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-                LEFT - 10.0,
-                row_y + 5.0 + LANE * 0.75,
-                row.service
-            );
-            let _ = writeln!(
-                out,
-                r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#dddddd"/>"##,
-                row_y + row.height,
-                WIDTH - RIGHT,
-                row_y + row.height
-            );
-            for (hold, lane) in row.holds.iter().zip(&row.lanes) {
-                let (Some(start), Some(end)) = (hold.start_ms, hold.end_ms) else {
-                    continue;
-                };
-                let (start, end) = (start - run.start_ms, end - run.start_ms);
-                let bar_y = row_y + 5.0 + *lane as f64 * LANE;
-                let split = left.clamp(start, end);
-                for (from, to, colour) in [(start, split, BEFORE), (split, end, AFTER)] {
-                    if to > from {
-                        let _ = writeln!(
-                            out,
-                            r#"<rect x="{:.1}" y="{bar_y:.1}" width="{:.1}" height="{:.1}" fill="{colour}" stroke="white" stroke-width="1"><title>{} {} {:.0}-{:.0} ms ({})</title></rect>"#,
-                            x(from),
-                            (x(to) - x(from)).max(1.0),
-                            LANE - 4.0,
-                            row.service,
-                            escape(hold.request_id.as_deref().unwrap_or("")),
-                            from,
-                            to,
-                            escape(&hold.outcome)
-                        );
-                    }
-                }
-            }
-            row_y += row.height;
-        }
-        // The user's give-up line, labelled below the rows so it never covers a bar.
-        let _ = writeln!(
-            out,
-            r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#222222" stroke-dasharray="4 3"/>"##,
-            x(left),
-            top - 4.0,
-            x(left),
-            row_y + 4.0
-        );
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"#,
-            x(left),
-            row_y + 17.0,
-            if run.user_heard_back_ms.is_some() {
-                format!(
-                    "user heard back and stopped waiting ({:.2} s)",
-                    left / 1_000.0
-                )
-            } else {
-                format!("user stops waiting ({:.2} s)", left / 1_000.0)
-            }
-        );
+        panel(&mut out, &scale, run, rows, y);
         y += panel_height;
     }
-    // Time axis.
-    let axis_y = y + 5.0;
+    time_axis(&mut out, &scale, y + 5.0);
+    legend(&mut out, y + 5.0 + 38.0);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The timeline's horizontal scale: whole seconds across the plot.
+struct Scale {
+    seconds: f64,
+}
+
+impl Scale {
+    /// The x coordinate of `ms` from the run's start.
+    fn x(&self, ms: f64) -> f64 {
+        LEFT + (ms / (self.seconds * 1_000.0)).clamp(0.0, 1.0) * (WIDTH - LEFT - RIGHT)
+    }
+}
+
+/// One service's row in a run's panel: its holds by start, each in a lane where it overlaps
+/// nothing.
+struct Row<'a> {
+    service: &'a str,
+    holds: Vec<&'a HoldLine>,
+    lanes: Vec<usize>,
+    height: f64,
+}
+
+/// The rows of one run: gateway, orders, inventory.
+fn rows<'a>(run: &TimelineRun<'a>) -> Vec<Row<'a>> {
+    ["gateway", "orders", "inventory"]
+        .into_iter()
+        .map(|service| {
+            let mut holds: Vec<&HoldLine> = run
+                .holds
+                .iter()
+                .filter(|h| h.service == service && h.start_ms.is_some())
+                .collect();
+            holds.sort_by(|a, b| {
+                a.start_ms
+                    .partial_cmp(&b.start_ms)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+            let lanes = lanes(&holds);
+            let n = lanes.iter().max().map_or(1, |m| m + 1);
+            Row {
+                service,
+                holds,
+                lanes,
+                height: n as f64 * LANE + 10.0,
+            }
+        })
+        .collect()
+}
+
+/// The title line of one run's panel: what the user heard and how much work there was.
+fn panel_title(run: &TimelineRun<'_>) -> String {
+    let heard = match run.user_heard_back_ms {
+        Some(at) => format!(
+            "user heard {} at {:.2} s",
+            run.user_status.unwrap_or(0),
+            at / 1_000.0
+        ),
+        None => format!("user gave up at {:.2} s", run.user_left_ms / 1_000.0),
+    };
+    let title = format!(
+        "{}: {heard}; {} calls, {} after the user left; work until {:.2} s",
+        match (run.label, run.deadlines) {
+            (Some(label), _) => label,
+            (None, true) => "With deadlines",
+            (None, false) => "Without deadlines",
+        },
+        run.calls,
+        run.calls_after_user_left,
+        run.last_work_end_ms / 1_000.0
+    );
+    match run.db_seconds_after_user_left {
+        Some(s) => format!("{title}; database {s:.2} s after the user left"),
+        None => title,
+    }
+}
+
+/// One run's panel, from `y` down: its title, a row per service, and the user's give-up line.
+fn panel(out: &mut String, scale: &Scale, run: &TimelineRun<'_>, rows: &[Row<'_>], y: f64) {
+    let left = run.user_left_ms;
+    let _ = writeln!(
+        out,
+        r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
+        y + 18.0,
+        escape(&panel_title(run))
+    );
+    let top = y + 30.0;
+    let mut row_y = top;
+    for row in rows {
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 10.0,
+            row_y + 5.0 + LANE * 0.75,
+            row.service
+        );
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#dddddd"/>"##,
+            row_y + row.height,
+            WIDTH - RIGHT,
+            row_y + row.height
+        );
+        bars(out, scale, run, row, row_y);
+        row_y += row.height;
+    }
+    // The user's give-up line, labelled below the rows so it never covers a bar.
+    let _ = writeln!(
+        out,
+        r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#222222" stroke-dasharray="4 3"/>"##,
+        scale.x(left),
+        top - 4.0,
+        scale.x(left),
+        row_y + 4.0
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"#,
+        scale.x(left),
+        row_y + 17.0,
+        if run.user_heard_back_ms.is_some() {
+            format!(
+                "user heard back and stopped waiting ({:.2} s)",
+                left / 1_000.0
+            )
+        } else {
+            format!("user stops waiting ({:.2} s)", left / 1_000.0)
+        }
+    );
+}
+
+/// One bar per hold in `row`, blue while the user waited and red after.
+fn bars(out: &mut String, scale: &Scale, run: &TimelineRun<'_>, row: &Row<'_>, row_y: f64) {
+    for (hold, lane) in row.holds.iter().zip(&row.lanes) {
+        let (Some(start), Some(end)) = (hold.start_ms, hold.end_ms) else {
+            continue;
+        };
+        let (start, end) = (start - run.start_ms, end - run.start_ms);
+        let bar_y = row_y + 5.0 + *lane as f64 * LANE;
+        let split = run.user_left_ms.clamp(start, end);
+        for (from, to, colour) in [(start, split, BEFORE), (split, end, AFTER)] {
+            if to > from {
+                let _ = writeln!(
+                    out,
+                    r#"<rect x="{:.1}" y="{bar_y:.1}" width="{:.1}" height="{:.1}" fill="{colour}" stroke="white" stroke-width="1"><title>{} {} {:.0}-{:.0} ms ({})</title></rect>"#,
+                    scale.x(from),
+                    (scale.x(to) - scale.x(from)).max(1.0),
+                    LANE - 4.0,
+                    row.service,
+                    escape(hold.request_id.as_deref().unwrap_or("")),
+                    from,
+                    to,
+                    escape(&hold.outcome)
+                );
+            }
+        }
+    }
+}
+
+/// The time axis at `axis_y`, a tick per second.
+fn time_axis(out: &mut String, scale: &Scale, axis_y: f64) {
     let _ = writeln!(
         out,
         r##"<line x1="{LEFT}" y1="{axis_y:.1}" x2="{:.1}" y2="{axis_y:.1}" stroke="#222222"/>"##,
         WIDTH - RIGHT
     );
-    for s in 0..=(seconds as u64) {
-        let tx = x(s as f64 * 1_000.0);
+    for s in 0..=(scale.seconds as u64) {
+        let tx = scale.x(s as f64 * 1_000.0);
         let _ = writeln!(
             out,
             r##"<line x1="{tx:.1}" y1="{axis_y:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#222222"/>"##,
@@ -289,8 +324,10 @@ pub(crate) fn demo_timeline(runs: &[TimelineRun<'_>], user_wait_ms: f64) -> Stri
             axis_y + 18.0
         );
     }
-    // Legend.
-    let ly = axis_y + 38.0;
+}
+
+/// What the two colours mean, at `ly`.
+fn legend(out: &mut String, ly: f64) {
     let _ = writeln!(
         out,
         r#"<rect x="{LEFT}" y="{:.1}" width="14" height="12" fill="{BEFORE}"/>"#,
@@ -312,25 +349,22 @@ pub(crate) fn demo_timeline(runs: &[TimelineRun<'_>], user_wait_ms: f64) -> Stri
         r#"<text x="{:.1}" y="{ly:.1}">working after the user stopped waiting</text>"#,
         LEFT + 260.0
     );
-    out.push_str("</svg>\n");
-    out
 }
 
 /// The load command's chart: the share of users answered in time, by the second they were sent,
 /// one line per run.
 pub(crate) fn load_chart(runs: &[ChartLine<'_>], subtitle: &str) -> String {
     let height = 420.0;
-    let (top, bottom) = (70.0, height - 80.0);
-    let plot = WIDTH - LEFT - RIGHT;
-    let seconds = runs
-        .iter()
-        .map(|r| r.in_time_share_by_second.len())
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let x = |s: f64| LEFT + s / seconds as f64 * plot;
-    let y = |share: f64| bottom - share.clamp(0.0, 1.0) * (bottom - top);
-
+    let frame = ChartFrame {
+        seconds: runs
+            .iter()
+            .map(|r| r.in_time_share_by_second.len())
+            .max()
+            .unwrap_or(1)
+            .max(1),
+        top: 70.0,
+        bottom: height - 80.0,
+    };
     let mut out = String::new();
     open(
         &mut out,
@@ -342,50 +376,86 @@ pub(crate) fn load_chart(runs: &[ChartLine<'_>], subtitle: &str) -> String {
         r##"<text x="{LEFT}" y="48" font-size="12" fill="#444444">{}</text>"##,
         escape(subtitle)
     );
-    for pct in [0u32, 25, 50, 75, 100] {
-        let ty = y(f64::from(pct) / 100.0);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{LEFT}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e5e5e5"/>"##,
-            WIDTH - RIGHT
-        );
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{pct} %</text>"#,
-            LEFT - 8.0,
-            ty + 4.0
-        );
-    }
-    let _ = writeln!(
-        out,
-        r##"<line x1="{LEFT}" y1="{bottom:.1}" x2="{:.1}" y2="{bottom:.1}" stroke="#222222"/>"##,
-        WIDTH - RIGHT
-    );
-    let step = if seconds > 30 { 5 } else { 1 };
-    for s in (0..=seconds).step_by(step) {
-        let tx = x(s as f64);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{tx:.1}" y1="{bottom:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#222222"/>"##,
-            bottom + 5.0
-        );
-        let _ = writeln!(
-            out,
-            r#"<text x="{tx:.1}" y="{:.1}" text-anchor="middle" font-size="11">{s}</text>"#,
-            bottom + 18.0
-        );
-    }
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="12">second of the run in which the user arrived</text>"#,
-        LEFT + plot / 2.0,
-        bottom + 36.0
-    );
+    frame.share_grid(&mut out);
+    frame.seconds_axis(&mut out);
     let mut legend_x = LEFT;
     // "With" first, so the dashed "without" line stays visible where the two coincide.
     let mut ordered: Vec<&ChartLine<'_>> = runs.iter().collect();
     ordered.sort_by_key(|r| !r.deadlines);
     for run in ordered {
+        legend_x = frame.line(&mut out, run, height - 18.0, legend_x);
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The load chart's axes: the run's seconds across, the share in time up.
+struct ChartFrame {
+    seconds: usize,
+    top: f64,
+    bottom: f64,
+}
+
+impl ChartFrame {
+    fn x(&self, s: f64) -> f64 {
+        LEFT + s / self.seconds as f64 * (WIDTH - LEFT - RIGHT)
+    }
+
+    fn y(&self, share: f64) -> f64 {
+        self.bottom - share.clamp(0.0, 1.0) * (self.bottom - self.top)
+    }
+
+    /// A grid line and label every 25 %.
+    fn share_grid(&self, out: &mut String) {
+        for pct in [0u32, 25, 50, 75, 100] {
+            let ty = self.y(f64::from(pct) / 100.0);
+            let _ = writeln!(
+                out,
+                r##"<line x1="{LEFT}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e5e5e5"/>"##,
+                WIDTH - RIGHT
+            );
+            let _ = writeln!(
+                out,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{pct} %</text>"#,
+                LEFT - 8.0,
+                ty + 4.0
+            );
+        }
+    }
+
+    /// The seconds axis, a tick per second (every fifth past 30 s), and its caption.
+    fn seconds_axis(&self, out: &mut String) {
+        let bottom = self.bottom;
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" y1="{bottom:.1}" x2="{:.1}" y2="{bottom:.1}" stroke="#222222"/>"##,
+            WIDTH - RIGHT
+        );
+        let step = if self.seconds > 30 { 5 } else { 1 };
+        for s in (0..=self.seconds).step_by(step) {
+            let tx = self.x(s as f64);
+            let _ = writeln!(
+                out,
+                r##"<line x1="{tx:.1}" y1="{bottom:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#222222"/>"##,
+                bottom + 5.0
+            );
+            let _ = writeln!(
+                out,
+                r#"<text x="{tx:.1}" y="{:.1}" text-anchor="middle" font-size="11">{s}</text>"#,
+                bottom + 18.0
+            );
+        }
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="12">second of the run in which the user arrived</text>"#,
+            LEFT + (WIDTH - LEFT - RIGHT) / 2.0,
+            bottom + 36.0
+        );
+    }
+
+    /// One run's line and its legend entry at (`legend_x`, `ly`); returns where the next
+    /// entry starts.
+    fn line(&self, out: &mut String, run: &ChartLine<'_>, ly: f64, legend_x: f64) -> f64 {
         let colour = if run.deadlines { BEFORE } else { AFTER };
         let dash = if run.deadlines {
             ""
@@ -396,7 +466,7 @@ pub(crate) fn load_chart(runs: &[ChartLine<'_>], subtitle: &str) -> String {
             .in_time_share_by_second
             .iter()
             .enumerate()
-            .map(|(s, share)| format!("{:.1},{:.1}", x(s as f64 + 0.5), y(*share)))
+            .map(|(s, share)| format!("{:.1},{:.1}", self.x(s as f64 + 0.5), self.y(*share)))
             .collect();
         let _ = writeln!(
             out,
@@ -416,7 +486,6 @@ pub(crate) fn load_chart(runs: &[ChartLine<'_>], subtitle: &str) -> String {
             Some(s) => format!("{label}, database {s:.1} s after users left"),
             None => label,
         };
-        let ly = height - 18.0;
         let _ = writeln!(
             out,
             r#"<rect x="{legend_x:.1}" y="{:.1}" width="14" height="4" fill="{colour}"/>"#,
@@ -428,14 +497,13 @@ pub(crate) fn load_chart(runs: &[ChartLine<'_>], subtitle: &str) -> String {
             legend_x + 20.0,
             escape(&label)
         );
-        legend_x += if run.db_seconds_after_users_left.is_some() {
-            460.0
-        } else {
-            300.0
-        };
+        legend_x
+            + if run.db_seconds_after_users_left.is_some() {
+                460.0
+            } else {
+                300.0
+            }
     }
-    out.push_str("</svg>\n");
-    out
 }
 
 #[cfg(test)]
@@ -447,6 +515,164 @@ mod tests {
         assert_eq!(
             escape(r#"<a href="x">&'"#),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+
+    fn hold(service: &str, id: &str, start: f64, end: f64) -> HoldLine {
+        HoldLine {
+            service: service.into(),
+            request_id: Some(id.into()),
+            outcome: "ok".into(),
+            status: Some(200),
+            budget_ms: None,
+            arrival_ms: start,
+            start_ms: Some(start),
+            end_ms: Some(end),
+            queued_ms: 0.0,
+            worked_ms: end - start,
+            reply_written: true,
+            streamed_ms: 0.0,
+            exceeded: None,
+        }
+    }
+
+    fn run(holds: &[HoldLine], deadlines: bool) -> TimelineRun<'_> {
+        TimelineRun {
+            label: None,
+            deadlines,
+            holds,
+            start_ms: 10_000.0,
+            user_status: deadlines.then_some(504),
+            user_heard_back_ms: deadlines.then_some(1_000.0),
+            user_left_ms: 1_000.0,
+            calls: 2,
+            calls_after_user_left: 0,
+            last_work_end_ms: 2_500.0,
+            db_seconds_after_user_left: (!deadlines).then_some(1.5),
+        }
+    }
+
+    /// Counts the bars of `colour` whose tooltip is `tooltip`.
+    fn count_bars(svg: &str, colour: &str, tooltip: &str) -> usize {
+        svg.lines()
+            .filter(|l| l.contains(&format!(r#"fill="{colour}""#)))
+            .filter(|l| l.contains(&format!("<title>{tooltip}</title>")))
+            .count()
+    }
+
+    #[test]
+    fn the_load_chart_draws_a_line_per_run_with_its_legend() {
+        let (with, without) = ([1.0, 0.95, 0.9], [0.5, 0.25, 0.0]);
+        let svg = load_chart(
+            &[
+                ChartLine {
+                    deadlines: false,
+                    in_time_share: 0.25,
+                    in_time_share_by_second: &without,
+                    db_seconds_after_users_left: Some(12.5),
+                },
+                ChartLine {
+                    deadlines: true,
+                    in_time_share: 0.95,
+                    in_time_share_by_second: &with,
+                    db_seconds_after_users_left: None,
+                },
+            ],
+            "30 users/s <10 s>",
+        );
+        // The subtitle is escaped; "with" is drawn first so the dashed "without" stays on top.
+        assert!(svg.contains("30 users/s &lt;10 s&gt;"), "{svg}");
+        let lines: Vec<&str> = svg.lines().filter(|l| l.starts_with("<polyline")).collect();
+        assert_eq!(lines.len(), 2, "{svg}");
+        assert!(
+            lines[0].contains(BEFORE) && !lines[0].contains("dasharray"),
+            "{svg}"
+        );
+        assert!(
+            lines[1].contains(AFTER) && lines[1].contains("dasharray"),
+            "{svg}"
+        );
+        // A point per second, mid-second, 100 % at the top (y 70) and 0 % at the bottom (y 340).
+        let plot = WIDTH - LEFT - RIGHT;
+        assert!(
+            lines[0].contains(&format!("{:.1},70.0", LEFT + plot / 6.0)),
+            "{svg}"
+        );
+        assert!(
+            lines[1].contains(&format!("{:.1},340.0", LEFT + plot * 5.0 / 6.0)),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(">with deadlines: 95.0 % in time overall<"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(
+                ">without deadlines: 25.0 % in time overall, database 12.5 s after users left<"
+            ),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn the_timeline_splits_each_hold_where_the_user_stopped_waiting() {
+        let without = [
+            hold("gateway", "u", 10_000.0, 12_500.0),
+            hold("orders", "u", 10_100.0, 10_900.0),
+            // Overlaps the first orders hold: drawn in a second lane.
+            hold("orders", "v", 10_200.0, 11_400.0),
+        ];
+        let with = [hold("gateway", "u", 10_000.0, 11_000.0)];
+        let svg = demo_timeline(&[run(&without, false), run(&with, true)], 2_000.0);
+        assert!(
+            svg.starts_with("<svg ") && svg.ends_with("</svg>\n"),
+            "{svg}"
+        );
+        assert_eq!(
+            count_bars(&svg, BEFORE, "gateway u 0-1000 ms (ok)"),
+            2,
+            "{svg}"
+        );
+        assert_eq!(
+            count_bars(&svg, AFTER, "gateway u 1000-2500 ms (ok)"),
+            1,
+            "{svg}"
+        );
+        assert_eq!(
+            count_bars(&svg, BEFORE, "orders u 100-900 ms (ok)"),
+            1,
+            "{svg}"
+        );
+        assert_eq!(
+            count_bars(&svg, BEFORE, "orders v 200-1000 ms (ok)"),
+            1,
+            "{svg}"
+        );
+        assert_eq!(
+            count_bars(&svg, AFTER, "orders v 1000-1400 ms (ok)"),
+            1,
+            "{svg}"
+        );
+        // The overlapping hold sits one lane (16 px) below the first.
+        let y_of = |tooltip: &str| -> f64 {
+            let line = svg.lines().find(|l| l.contains(tooltip)).unwrap();
+            let y = line.split(r#" y=""#).nth(1).unwrap();
+            y[..y.find('"').unwrap()].parse().unwrap()
+        };
+        assert_eq!(y_of("orders v 200-1000") - y_of("orders u 100-900"), LANE);
+        assert!(svg.contains("Without deadlines: user gave up at 1.00 s; 2 calls, 0 after the user left; work until 2.50 s; database 1.50 s after the user left"), "{svg}");
+        assert!(
+            svg.contains("With deadlines: user heard 504 at 1.00 s"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("user heard back and stopped waiting (1.00 s)"),
+            "{svg}"
+        );
+        // Three seconds on the axis: 0 to 3 s.
+        assert!(
+            svg.contains(">3 s</text>") && !svg.contains(">4 s</text>"),
+            "{svg}"
         );
     }
 }
