@@ -189,6 +189,17 @@ fn after_users_left(outcomes: &[Outcome], holds: &[HoldLine]) -> AfterUsersLeft 
             (None, None) => &mut split.gave_up_ms,
         } += ms;
         *split.by_service.entry(h.service.clone()).or_default() += ms;
+        // Against the hop's own deadline (arrival + the budget it read): before it, the hop
+        // could not know the user had left; past it, the hop stopped late.
+        match (h.budget_ms, h.start_ms, h.end_ms) {
+            (Some(budget), Some(start), Some(end)) => {
+                let own = h.arrival_ms + budget as f64;
+                let from = start.max(user.left_at_ms);
+                split.before_hop_deadline_ms += (end.min(own) - from).max(0.0);
+                split.past_hop_deadline_ms += (end - from.max(own)).max(0.0);
+            }
+            _ => split.without_budget_ms += ms,
+        }
     }
     split
 }
@@ -215,6 +226,15 @@ pub(crate) struct AfterUsersLeft {
     pub(crate) failed_ms: f64,
     /// The same time, by the service that worked it.
     pub(crate) by_service: BTreeMap<String, f64>,
+    /// The part before the working hop's own deadline (its arrival plus the budget it read):
+    /// time the user's wait had already used before the hop read the request (the generator
+    /// sending late, kernel queues, an earlier hop) that a relative budget cannot see.
+    pub(crate) before_hop_deadline_ms: f64,
+    /// The part after the hop's own deadline: the hop stopped late (a saturated process whose
+    /// timers and tasks run late).
+    pub(crate) past_hop_deadline_ms: f64,
+    /// The part worked by hops that read no budget (every hop, in the run without deadlines).
+    pub(crate) without_budget_ms: f64,
 }
 
 /// How each class of `mix` fared.

@@ -175,6 +175,16 @@ impl Table<'_> {
                 seconds(r.after_users_left.failed_ms)
             });
         }
+        if self.runs.iter().any(|r| r.deadlines) {
+            self.each("    before / past hop deadline", |r| {
+                let a = &r.after_users_left;
+                format!(
+                    "{:.1} / {:.1} s",
+                    a.before_hop_deadline_ms / 1_000.0,
+                    a.past_hop_deadline_ms / 1_000.0
+                )
+            });
+        }
         self.each("  wasted share", |r| {
             format!("{:.1} %", r.wasted_share * 100.0)
         });

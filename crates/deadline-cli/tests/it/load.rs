@@ -60,6 +60,18 @@ fn short_load_reports_consistent_figures() {
             .map(|v| v.as_f64().unwrap())
             .sum();
         assert!((by_service - after).abs() < 1e-6, "{run}");
+        let by_deadline: f64 = [
+            "before_hop_deadline_ms",
+            "past_hop_deadline_ms",
+            "without_budget_ms",
+        ]
+        .iter()
+        .map(|k| split[k].as_f64().unwrap())
+        .sum();
+        assert!((by_deadline - after).abs() < 1e-6, "{run}");
+        if run["deadlines"] == false {
+            assert_eq!(split["without_budget_ms"].as_f64().unwrap(), after, "{run}");
+        }
         // Nothing made a user's call fail in a run this small.
         assert_eq!(run["user_errors"], serde_json::json!({}), "{run}");
         assert!(run["drain_ms"].as_f64().unwrap() >= 0.0);
