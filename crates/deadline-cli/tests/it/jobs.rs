@@ -38,13 +38,14 @@ fn count(run: &Value, key: &str) -> u64 {
 }
 
 /// Runs `deadline jobs --json` (100 messages a run, 20 a second, to consumers that can work
-/// 13.3 a second, so a backlog waits in the queue and the prefetch windows) against a private node,
-/// stops the node cleanly 2.5 s in (during the first run's producing), starts it again a
+/// 13.3 a second, so a backlog waits in the queue and the prefetch windows) against a private
+/// node, stops the node cleanly 2.5 s in (during the first run's producing), starts it again a
 /// second later on the same data, and checks that the command succeeds, that every message of
-/// both runs is accounted for (produced = worked + discarded + cut at deadline + other, with
-/// nothing "other"), that the run without expiry worked on every message, and that the JSON
-/// reports the restart (`reconnects` at least 1). The command before it moved to
-/// `deadline_lapin::Broker` failed here ("publishing ... connection closed").
+/// both runs is accounted for once (produced = worked + discarded + cut at deadline + other,
+/// with nothing "other"), that the run without expiry worked on every message, and that the
+/// JSON reports the restart (`reconnects` at least 1). The command failed here before it moved
+/// to `deadline_lapin::Broker`, at the first publish after the stop ("the run without expiry:
+/// publishing: publish failed: invalid channel state").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_survives_a_broker_restart_and_reports_it() {
     let mut node = Node::start().await;
