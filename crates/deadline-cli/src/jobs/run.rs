@@ -423,10 +423,12 @@ async fn produce(
     } else {
         Expiry::Never
     };
-    let interval = Duration::from_secs_f64(1.0 / settings.rate);
     let total = (settings.rate * settings.seconds).round() as u64;
     for n in 0..total {
-        tokio::time::sleep_until(start + interval.mul_f64(n as f64)).await;
+        // Within `--seconds` of the start (n < rate × seconds), however small the rate: a
+        // whole interval of 1 / rate may not fit in a `Duration`.
+        let due = Duration::from_secs_f64(n as f64 / settings.rate);
+        tokio::time::sleep_until(start + due).await;
         let id = n.to_string();
         match broker.publish(queue, id.as_bytes(), policy).await {
             Ok(_) => {}
