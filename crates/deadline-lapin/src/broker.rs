@@ -163,6 +163,14 @@ impl Broker {
         self.inner.republished.load(Ordering::Relaxed)
     }
 
+    /// A new channel on the live connection, re-dialling first if the connection dropped
+    /// (waiting as long as the [`Reconnect`] policy allows): for the broker operations the
+    /// producer and consumers do not cover (declaring, inspecting or deleting queues). The
+    /// channel itself dies with its connection; after an error on it, take a new one.
+    pub async fn new_channel(&self) -> Result<Channel, lapin::Error> {
+        self.channel().await.map(|(channel, _)| channel)
+    }
+
     /// A new channel on the live connection, re-dialling first if it dropped; with the
     /// connection's generation (1 for the first connection, one more per re-dial).
     pub(crate) async fn channel(&self) -> Result<(Channel, u64), lapin::Error> {

@@ -123,6 +123,17 @@ pub struct Message {
     pub produced_at: Option<WallInstant>,
 }
 
+/// What identifies one delivery, whatever became of it (see [`Consumer::next_delivery`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Delivered {
+    /// The payload.
+    pub data: Vec<u8>,
+    /// Whether the broker had delivered it before (to a consumer that did not settle it, or
+    /// whose settlement was lost with its connection).
+    pub redelivered: bool,
+}
+
 /// What became of one delivery.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -343,6 +354,25 @@ impl Consumer {
         F: Future<Output = Result<(), E>>,
         E: fmt::Display,
     {
+        Ok(self
+            .next_delivery(handler)
+            .await?
+            .map(|(handled, _)| handled))
+    }
+
+    /// As [`next`](Self::next), with what identifies the delivery (its payload, and whether
+    /// the broker had delivered it before) whatever became of it, discarded ones included:
+    /// for a caller that counts each message once although the broker may deliver it twice
+    /// (at least once, across a broker restart: see the [broker module](crate::broker)).
+    pub async fn next_delivery<H, F, E>(
+        &mut self,
+        handler: H,
+    ) -> Result<Option<(Handled, Delivered)>, lapin::Error>
+    where
+        H: FnOnce(Message) -> F,
+        F: Future<Output = Result<(), E>>,
+        E: fmt::Display,
+    {
         loop {
             if self.resume.as_ref().is_some_and(|resume| resume.stale) {
                 self.resubscribe().await?;
@@ -368,16 +398,20 @@ impl Consumer {
             };
             match delivery {
                 Some(Ok(delivery)) => {
+                    let delivered = Delivered {
+                        data: delivery.data.clone(),
+                        redelivered: delivery.redelivered,
+                    };
                     let (handled, settled) = self.handle(delivery, handler).await;
                     return match (settled, &mut self.resume) {
-                        (Ok(()), _) => Ok(Some(handled)),
+                        (Ok(()), _) => Ok(Some((handled, delivered))),
                         // The work is done but its settlement was lost with the connection:
                         // the broker delivers the message again (at least once). Report what
                         // the handler did, and subscribe again before the next delivery.
                         (Err(err), Some(resume)) => {
                             tracing::warn!(queue = %self.queue, %err, "settlement lost with the connection; the message comes again");
                             resume.stale = true;
-                            Ok(Some(handled))
+                            Ok(Some((handled, delivered)))
                         }
                         (Err(err), None) => Err(err),
                     };

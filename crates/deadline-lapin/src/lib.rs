@@ -85,7 +85,7 @@ mod queue;
 pub mod stamp;
 
 pub use broker::{Broker, Reconnect};
-pub use consume::{Consumer, Handled, Message};
+pub use consume::{Consumer, Delivered, Handled, Message};
 pub use metrics::{JobMetrics, Outcome};
 pub use policy::{Expiry, NoRequestDeadline};
 pub use produce::{Producer, PublishError, Published};

@@ -21,6 +21,14 @@
 //! messages whose age at that moment was already past the expiry, in either run (the run
 //! without expiry stamps none, but its messages had the same requesters).
 //!
+//! Each run has a broker connection of its own (`deadline_lapin::Broker`) that is dialled
+//! again when it drops: publishes are confirmed by the broker (and sent again when the
+//! confirmation was lost), consumers acknowledge only after the work and subscribe again, and
+//! the backlog sampler skips its samples while the broker is down. So a broker restart in the
+//! middle of a run loses no live message; the run reports it (`reconnects`, `republished`,
+//! `resubscribed`, `redelivered`, and `duplicates`: copies of a message already accounted for,
+//! since delivery is then at least once, each message being accounted for once by its id).
+//!
 //! `--check` fails unless, with expiry, no work went to expired messages, every worked message
 //! began within its expiry, and every message was accounted for; and unless, without expiry,
 //! work did go to expired messages (otherwise the consumers kept up, and the comparison shows
@@ -130,7 +138,7 @@ impl Settings {
 /// Runs `deadline jobs`.
 pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::from_args(&args)?;
-    let connection = run::connect(&settings.broker).await?;
+    run::probe(&settings.broker).await?;
     if !args.json {
         println!(
             "{} messages/s for {} s to {} consumer(s) of {} ms each (capacity {:.1}/s, {:.1}x), \
@@ -147,7 +155,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<ExitCode> {
     }
     let mut runs = Vec::new();
     for expiry in [false, true] {
-        let outcome = run::one(&connection, &settings, expiry)
+        let outcome = run::one(&settings, expiry)
             .await
             .with_context(|| format!("the run {}", report::run_name(expiry)))?;
         if !args.json {
@@ -155,7 +163,6 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<ExitCode> {
         }
         runs.push(outcome);
     }
-    let _ = connection.close(200, "deadline jobs done".into()).await;
 
     if args.json {
         println!(

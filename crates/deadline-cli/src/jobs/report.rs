@@ -28,21 +28,45 @@ pub(crate) struct Sample {
     pub(crate) backlog: u64,
 }
 
-/// One run's figures.
-#[derive(Debug, Clone)]
-pub(crate) struct RunReport {
-    pub(crate) expiry: bool,
-    pub(crate) produced: u64,
+/// How a run's messages ended (each counted once, by the first copy of it accounted for), and
+/// what a broker restart cost the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
     /// Handlers that ran to their end.
     pub(crate) worked: u64,
     /// Expired messages a consumer discarded before any work.
     pub(crate) discarded_by_consumer: u64,
     /// Expired messages the broker dropped at the head of the queue (its TTL).
     pub(crate) discarded_by_broker: u64,
+    /// Messages whose expiry passed while the broker was unreachable, before any broker
+    /// confirmed them: the producer gave them up.
+    pub(crate) discarded_by_producer: u64,
     /// Handlers stopped at their message's deadline.
     pub(crate) cut_at_deadline: u64,
     /// Messages settled any other way (none expected).
     pub(crate) other: u64,
+    /// Further copies of messages already accounted for (delivery is at least once across a
+    /// broker restart: a publish sent again, an acknowledgement lost), seen before the run
+    /// ended.
+    pub(crate) duplicates: u64,
+    /// Times the run's broker connection was dialled again after it dropped.
+    pub(crate) reconnects: u64,
+    /// Publishes sent again because the connection dropped before the broker confirmed them.
+    pub(crate) republished: u64,
+    /// Times a consumer subscribed again after its connection dropped.
+    pub(crate) resubscribed: u64,
+    /// Deliveries the broker flagged as delivered before (unsettled when the connection
+    /// dropped).
+    pub(crate) redelivered: u64,
+}
+
+/// One run's figures.
+#[derive(Debug, Clone)]
+pub(crate) struct RunReport {
+    pub(crate) expiry: bool,
+    pub(crate) produced: u64,
+    /// How the messages ended, and what a broker restart cost.
+    pub(crate) counts: Counts,
     pub(crate) records: Vec<WorkRecord>,
     pub(crate) samples: Vec<Sample>,
     pub(crate) work_on_expired_ms: f64,
@@ -85,15 +109,10 @@ pub(crate) fn redacted(url: &str) -> String {
 }
 
 impl RunReport {
-    #[allow(clippy::too_many_arguments)] // the counts of one run, named at the one call
     pub(crate) fn new(
         expiry: bool,
         produced: u64,
-        worked: u64,
-        discarded_by_consumer: u64,
-        discarded_by_broker: u64,
-        cut_at_deadline: u64,
-        other: u64,
+        counts: Counts,
         records: Vec<WorkRecord>,
         samples: Vec<Sample>,
         produced_for: Duration,
@@ -109,11 +128,7 @@ impl RunReport {
         RunReport {
             expiry,
             produced,
-            worked,
-            discarded_by_consumer,
-            discarded_by_broker,
-            cut_at_deadline,
-            other,
+            counts,
             work_on_expired_ms,
             age_p50_ms: quantile(&ages, 0.50),
             age_p99_ms: quantile(&ages, 0.99),
@@ -125,9 +140,15 @@ impl RunReport {
         }
     }
 
-    /// Expired messages discarded without work, by the consumers and the broker.
+    /// Expired messages discarded without work, by the consumers, the broker and the producer.
     pub(crate) fn discarded(&self) -> u64 {
-        self.discarded_by_consumer + self.discarded_by_broker
+        let counts = &self.counts;
+        counts.discarded_by_consumer + counts.discarded_by_broker + counts.discarded_by_producer
+    }
+
+    /// Messages accounted for: worked, discarded, cut at their deadline, or settled otherwise.
+    pub(crate) fn settled(&self) -> u64 {
+        self.counts.worked + self.discarded() + self.counts.cut_at_deadline + self.counts.other
     }
 
     /// Work that began on messages already past their expiry.
@@ -137,24 +158,41 @@ impl RunReport {
 
     /// The human-readable line.
     pub(crate) fn line(&self) -> String {
-        format!(
+        let counts = &self.counts;
+        let mut line = format!(
             "{:<15} produced {:>5}  worked {:>5}  discarded {:>5} (broker {}, consumers {})  \
              cut at deadline {}  work on expired messages {:.0} ms ({} messages)  \
              age when worked p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms  ({:.1} s)",
             run_name(self.expiry),
             self.produced,
-            self.worked,
+            counts.worked,
             self.discarded(),
-            self.discarded_by_broker,
-            self.discarded_by_consumer,
-            self.cut_at_deadline,
+            counts.discarded_by_broker,
+            counts.discarded_by_consumer,
+            counts.cut_at_deadline,
             self.work_on_expired_ms,
             self.worked_expired(),
             self.age_p50_ms,
             self.age_p99_ms,
             self.age_max_ms,
             self.took.as_secs_f64()
-        )
+        );
+        if counts.discarded_by_producer > 0 {
+            line += &format!(
+                "  discarded by the producer {}",
+                counts.discarded_by_producer
+            );
+        }
+        line += &format!(
+            "  broker: reconnects {}, republished {}, resubscribed {}, redelivered {}, \
+             duplicates {}",
+            counts.reconnects,
+            counts.republished,
+            counts.resubscribed,
+            counts.redelivered,
+            counts.duplicates
+        );
+        line
     }
 
     fn json(&self) -> Value {
@@ -162,12 +200,13 @@ impl RunReport {
         json!({
             "expiry": self.expiry,
             "produced": self.produced,
-            "worked": self.worked,
+            "worked": self.counts.worked,
             "discarded": self.discarded(),
-            "discarded_by_broker": self.discarded_by_broker,
-            "discarded_by_consumer": self.discarded_by_consumer,
-            "cut_at_deadline": self.cut_at_deadline,
-            "other": self.other,
+            "discarded_by_broker": self.counts.discarded_by_broker,
+            "discarded_by_consumer": self.counts.discarded_by_consumer,
+            "discarded_by_producer": self.counts.discarded_by_producer,
+            "cut_at_deadline": self.counts.cut_at_deadline,
+            "other": self.counts.other,
             "work_on_expired_ms": round(self.work_on_expired_ms),
             "worked_expired": self.worked_expired(),
             "age_p50_ms": round(self.age_p50_ms),
@@ -175,6 +214,11 @@ impl RunReport {
             "age_max_ms": round(self.age_max_ms),
             "produced_for_ms": self.produced_for.as_millis() as u64,
             "duration_ms": self.took.as_millis() as u64,
+            "reconnects": self.counts.reconnects,
+            "republished": self.counts.republished,
+            "resubscribed": self.counts.resubscribed,
+            "redelivered": self.counts.redelivered,
+            "duplicates": self.counts.duplicates,
         })
     }
 }
@@ -200,17 +244,17 @@ pub(crate) fn check(settings: &Settings, runs: &[RunReport]) -> Vec<String> {
     let mut failures = Vec::new();
     for run in runs {
         let name = run_name(run.expiry);
-        let settled = run.worked + run.discarded() + run.cut_at_deadline + run.other;
+        let settled = run.settled();
         if settled != run.produced {
             failures.push(format!(
                 "{name}: {} messages produced but {settled} accounted for",
                 run.produced
             ));
         }
-        if run.other > 0 {
+        if run.counts.other > 0 {
             failures.push(format!(
                 "{name}: {} messages settled neither worked nor expired",
-                run.other
+                run.counts.other
             ));
         }
         if run.expiry {
@@ -227,7 +271,7 @@ pub(crate) fn check(settings: &Settings, runs: &[RunReport]) -> Vec<String> {
                     run.age_max_ms
                 ));
             }
-            if run.worked == 0 {
+            if run.counts.worked == 0 {
                 failures.push(format!("{name}: no message was worked on"));
             }
         } else if run.work_on_expired_ms == 0.0 {
@@ -286,14 +330,14 @@ mod tests {
         };
         let run = |expiry, records: Vec<WorkRecord>| {
             let worked = records.len() as u64;
+            let counts = Counts {
+                worked,
+                ..Counts::default()
+            };
             RunReport::new(
                 expiry,
                 worked,
-                worked,
-                0,
-                0,
-                0,
-                0,
+                counts,
                 records,
                 Vec::new(),
                 Duration::ZERO,

@@ -1,28 +1,46 @@
 //! One run of `deadline jobs`: a queue of its own, a producer on a schedule, slow consumers,
 //! and a sampler of the broker's backlog, until every message is accounted for.
+//!
+//! Everything goes through one [`Broker`] per run, a connection re-dialled when it drops:
+//! publishes wait for the broker's confirmation (and are sent again when it was lost with the
+//! connection), consumers acknowledge only after the work (and subscribe again after a
+//! re-dial), and the sampler and the accounting take fresh channels. So a broker restart in the
+//! middle of a run loses no live message, and the run counts what it cost. Delivery is then
+//! at least once, so each message is accounted for once, by its id (the payload), and any
+//! further copy of it is counted as a duplicate.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use deadline_lapin::lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+use deadline_lapin::lapin::options::{
+    BasicAckOptions, BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
 use deadline_lapin::lapin::types::FieldTable;
 use deadline_lapin::lapin::{Channel, Connection, ConnectionProperties};
-use deadline_lapin::{Consumer, Expiry, Handled, Producer, QueueOptions, declare_queue};
+use deadline_lapin::{
+    Broker, Consumer, Expiry, Handled, PublishError, QueueOptions, declare_queue,
+};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::holds::wall_now;
 
 use super::Settings;
-use super::report::{RunReport, Sample, WorkRecord, redacted};
+use super::report::{Counts, RunReport, Sample, WorkRecord, redacted};
 
 /// How often the broker's backlog is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
-/// A connection to the broker, or an error that says how to get one.
-pub(crate) async fn connect(url: &str) -> anyhow::Result<Connection> {
+/// How long one look at the broker by the sampler or the accounting may take (a new channel
+/// included): longer, and the broker is taken to be down for now and looked at again later.
+const LOOK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Checks that the broker at `url` accepts a connection, or says how to get one. (A
+/// [`Broker`] would keep dialling an unreachable broker for a minute before saying anything.)
+pub(crate) async fn probe(url: &str) -> anyhow::Result<()> {
     let shown = redacted(url);
     let hint = "start one with scripts/ensure-rabbitmq.sh, or give --broker";
     match tokio::time::timeout(
@@ -31,7 +49,10 @@ pub(crate) async fn connect(url: &str) -> anyhow::Result<Connection> {
     )
     .await
     {
-        Ok(Ok(connection)) => Ok(connection),
+        Ok(Ok(connection)) => {
+            let _ = connection.close(200, "probe done".into()).await;
+            Ok(())
+        }
         Ok(Err(err)) => Err(anyhow!("cannot reach RabbitMQ at {shown}: {err} ({hint})")),
         Err(_) => Err(anyhow!(
             "RabbitMQ at {shown} did not answer within 15 s ({hint})"
@@ -39,22 +60,90 @@ pub(crate) async fn connect(url: &str) -> anyhow::Result<Connection> {
     }
 }
 
-/// What the workers did, shared by the consumer tasks.
-#[derive(Default)]
+/// How a message was accounted for, the first time a copy of it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Worked,
+    DiscardedByConsumer,
+    DiscardedByBroker,
+    DiscardedByProducer,
+    Cut,
+    Other,
+}
+
+/// Which messages have been accounted for, and how.
+struct Accounts {
+    /// Indexed by message id (the payload): whether a copy was accounted for.
+    seen: Vec<bool>,
+    /// How many ids are in `seen`.
+    settled: u64,
+    counts: Counts,
+}
+
+/// What the producer, the consumers and the accounting saw, shared by their tasks.
 struct Tally {
-    worked: AtomicU64,
-    discarded: AtomicU64,
-    cut: AtomicU64,
-    other: AtomicU64,
+    accounts: Mutex<Accounts>,
+    /// Deliveries the broker flagged as delivered before.
+    redelivered: AtomicU64,
     records: Mutex<Vec<WorkRecord>>,
 }
 
 impl Tally {
+    /// A tally for messages with ids `0..total`.
+    fn new(total: u64) -> Tally {
+        Tally {
+            accounts: Mutex::new(Accounts {
+                seen: vec![false; usize::try_from(total).unwrap_or(usize::MAX)],
+                settled: 0,
+                counts: Counts::default(),
+            }),
+            redelivered: AtomicU64::new(0),
+            records: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn accounts(&self) -> std::sync::MutexGuard<'_, Accounts> {
+        self.accounts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Accounts for one copy of the message whose payload is `payload`: the first copy of an id
+    /// counts as `outcome`, any later one as a duplicate. A payload that is no id of this run
+    /// counts as `other` (and never completes the run).
+    fn account(&self, payload: &[u8], outcome: Outcome) {
+        let id = std::str::from_utf8(payload)
+            .ok()
+            .and_then(|text| text.parse::<usize>().ok());
+        let mut accounts = self.accounts();
+        let first = match id.and_then(|id| accounts.seen.get_mut(id)) {
+            None => {
+                accounts.counts.other += 1;
+                return;
+            }
+            Some(seen) => !std::mem::replace(seen, true),
+        };
+        if !first {
+            accounts.counts.duplicates += 1;
+            return;
+        }
+        accounts.settled += 1;
+        let counts = &mut accounts.counts;
+        *match outcome {
+            Outcome::Worked => &mut counts.worked,
+            Outcome::DiscardedByConsumer => &mut counts.discarded_by_consumer,
+            Outcome::DiscardedByBroker => &mut counts.discarded_by_broker,
+            Outcome::DiscardedByProducer => &mut counts.discarded_by_producer,
+            Outcome::Cut => &mut counts.cut_at_deadline,
+            Outcome::Other => &mut counts.other,
+        } += 1;
+    }
+
+    /// How many of the run's messages have been accounted for.
     fn settled(&self) -> u64 {
-        self.worked.load(Ordering::Relaxed)
-            + self.discarded.load(Ordering::Relaxed)
-            + self.cut.load(Ordering::Relaxed)
-            + self.other.load(Ordering::Relaxed)
+        self.accounts().settled
+    }
+
+    fn counts(&self) -> Counts {
+        self.accounts().counts
     }
 
     fn record(&self, record: WorkRecord) {
@@ -90,13 +179,12 @@ impl Drop for Working {
     }
 }
 
-/// Runs one of the two runs, with expiry or without.
-pub(crate) async fn one(
-    connection: &Connection,
-    settings: &Settings,
-    expiry: bool,
-) -> anyhow::Result<RunReport> {
-    let channel = connection.create_channel().await?;
+/// Runs one of the two runs, with expiry or without, on a broker connection of its own (so
+/// its re-dials are its own).
+pub(crate) async fn one(settings: &Settings, expiry: bool) -> anyhow::Result<RunReport> {
+    let broker = Broker::connect(&settings.broker)
+        .await
+        .with_context(|| format!("cannot reach RabbitMQ at {}", redacted(&settings.broker)))?;
     let queue = format!(
         "deadline-jobs-{}-{}-{}",
         std::process::id(),
@@ -106,6 +194,7 @@ pub(crate) async fn one(
     let dropped_queue = format!("{queue}-dropped");
     // Deleted at the end; the broker deletes them after ten idle minutes if this process dies.
     let idle = 600_000;
+    let channel = broker.new_channel().await?;
     declare_queue(
         &channel,
         &dropped_queue,
@@ -120,26 +209,28 @@ pub(crate) async fn one(
             .delete_when_idle_for(idle),
     )
     .await?;
+    let _ = channel.close(200, "declared".into()).await;
 
-    let result = drive(
-        connection,
-        &channel,
-        settings,
-        expiry,
-        &queue,
-        &dropped_queue,
-    )
-    .await;
-    for name in [&queue, &dropped_queue] {
-        let _ = channel
-            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-            .await;
-    }
-    let _ = channel.close(200, "run done".into()).await;
+    let result = drive(&broker, settings, expiry, &queue, &dropped_queue).await;
+    let delete = async {
+        let channel = broker.new_channel().await?;
+        for name in [&queue, &dropped_queue] {
+            channel
+                .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await?;
+        }
+        channel.close(200, "run done".into()).await
+    };
+    // A broker that is down now keeps the queues until they have been idle ten minutes.
+    let _ = tokio::time::timeout(Duration::from_secs(10), delete).await;
     result
 }
 
-async fn ready_messages(channel: &Channel, queue: &str) -> anyhow::Result<u64> {
+/// The broker's count of ready messages on `queue`.
+async fn ready_messages(
+    channel: &Channel,
+    queue: &str,
+) -> Result<u64, deadline_lapin::lapin::Error> {
     let options = QueueDeclareOptions {
         passive: true,
         ..QueueDeclareOptions::default()
@@ -150,21 +241,78 @@ async fn ready_messages(channel: &Channel, queue: &str) -> anyhow::Result<u64> {
     Ok(u64::from(declared.message_count()))
 }
 
-async fn drive(
-    connection: &Connection,
+/// Takes every message off `dropped_queue` (those the broker dropped at their TTL) and
+/// accounts for each once its acknowledgement is sent (one whose acknowledgement is lost
+/// comes back, and is accounted for then).
+async fn drain_dropped(
     channel: &Channel,
+    dropped_queue: &str,
+    tally: &Tally,
+) -> Result<(), deadline_lapin::lapin::Error> {
+    while let Some(message) = channel
+        .basic_get(dropped_queue.into(), BasicGetOptions { no_ack: false })
+        .await?
+    {
+        message.delivery.ack(BasicAckOptions::default()).await?;
+        tally.account(&message.delivery.data, Outcome::DiscardedByBroker);
+    }
+    Ok(())
+}
+
+/// `look` on a channel of `broker`, taken anew when `channel` is `None`; the channel is
+/// dropped when the look fails or takes longer than [`LOOK_TIMEOUT`] (the broker is
+/// restarting, most likely), so the next look takes a new one.
+async fn look_at_broker<T, F, Fut>(
+    broker: &Broker,
+    channel: &mut Option<Channel>,
+    look: F,
+) -> Option<T>
+where
+    F: FnOnce(Channel) -> Fut,
+    Fut: std::future::Future<Output = Result<T, deadline_lapin::lapin::Error>>,
+{
+    let attempt = async {
+        let current = match channel.as_ref() {
+            Some(current) => current.clone(),
+            None => {
+                let fresh = broker.new_channel().await?;
+                *channel = Some(fresh.clone());
+                fresh
+            }
+        };
+        look(current).await
+    };
+    match tokio::time::timeout(LOOK_TIMEOUT, attempt).await {
+        Ok(Ok(found)) => Some(found),
+        Ok(Err(_)) | Err(_) => {
+            if let Some(dead) = channel.take() {
+                // Closing a channel of a dead connection can hang; its connection's end frees it.
+                drop(tokio::spawn(async move {
+                    let _ =
+                        tokio::time::timeout(LOOK_TIMEOUT, dead.close(200, "looking again".into()))
+                            .await;
+                }));
+            }
+            None
+        }
+    }
+}
+
+async fn drive(
+    broker: &Broker,
     settings: &Settings,
     expiry: bool,
     queue: &str,
     dropped_queue: &str,
 ) -> anyhow::Result<RunReport> {
-    let tally = Arc::new(Tally::default());
+    let total = (settings.rate * settings.seconds).round() as u64;
+    let tally = Arc::new(Tally::new(total));
     let (stop, stopped) = watch::channel(false);
     let start = Instant::now();
 
     let mut consumers = Vec::new();
     for _ in 0..settings.consumers {
-        let mut consumer = Consumer::new(connection, queue, settings.prefetch).await?;
+        let mut consumer = Consumer::on(broker, queue, settings.prefetch).await?;
         if expiry {
             // Work that cannot finish before the requester gives up is not begun.
             consumer = consumer.min_budget(settings.work);
@@ -178,41 +326,46 @@ async fn drive(
         )));
     }
 
-    let producer = Producer::new(connection).await?;
-    let sampler_channel = connection.create_channel().await?;
     let samples = tokio::spawn(sample(
-        sampler_channel,
+        broker.clone(),
         queue.to_owned(),
         start,
         stopped.clone(),
     ));
 
-    let policy = if expiry {
-        Expiry::Lifetime(settings.expiry)
-    } else {
-        Expiry::Never
+    let produced = produce(broker, settings, expiry, queue, &tally, start).await;
+    let produced = match produced {
+        Ok(produced) => produced,
+        Err(err) => {
+            let _ = stop.send(true);
+            return Err(err);
+        }
     };
-    let interval = Duration::from_secs_f64(1.0 / settings.rate);
-    let total = (settings.rate * settings.seconds).round() as u64;
-    let mut produced = 0u64;
-    for n in 0..total {
-        tokio::time::sleep_until(start + interval.mul_f64(n as f64)).await;
-        producer
-            .publish(queue, n.to_string().as_bytes(), policy)
-            .await
-            .context("publishing")?;
-        produced += 1;
-    }
-    let produced_for_ms = Instant::now().saturating_duration_since(start);
+    let produced_for = Instant::now().saturating_duration_since(start);
 
-    // Every message ends worked, discarded by a consumer, or dropped by the broker (which
-    // dead-letters it to the second queue, where it is counted).
+    // Every message ends worked, discarded (by a consumer; by the broker, which dead-letters
+    // it to the second queue, drained here; or by the producer, when it expired before a broker
+    // confirmed it), or cut at its deadline.
     let backlog_bound = Duration::from_secs_f64(produced as f64 / settings.capacity());
     let give_up = Instant::now() + backlog_bound + settings.expiry + Duration::from_secs(60);
-    let dropped = loop {
-        let dropped = ready_messages(channel, dropped_queue).await?;
-        if tally.settled() + dropped >= produced {
-            break dropped;
+    let mut channel = None;
+    loop {
+        let _ = look_at_broker(broker, &mut channel, |channel| {
+            let tally = tally.clone();
+            async move { drain_dropped(&channel, dropped_queue, &tally).await }
+        })
+        .await;
+        if tally.settled() >= produced {
+            break;
+        }
+        if let Some(ended) = consumers.iter().position(JoinHandle::is_finished) {
+            let _ = stop.send(true);
+            let outcome = consumers
+                .swap_remove(ended)
+                .await
+                .context("a consumer task")?;
+            outcome.context("a consumer")?;
+            bail!("a consumer stopped before every message was accounted for");
         }
         if Instant::now() >= give_up {
             let _ = stop.send(true);
@@ -221,43 +374,85 @@ async fn drive(
                 Instant::now()
                     .saturating_duration_since(start)
                     .as_secs_f64(),
-                produced - tally.settled() - dropped
+                produced - tally.settled()
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    }
+    if let Some(channel) = channel {
+        let _ = tokio::time::timeout(LOOK_TIMEOUT, channel.close(200, "accounted".into())).await;
+    }
     let took = Instant::now().saturating_duration_since(start);
     let _ = stop.send(true);
+    let mut resubscribed = 0;
     for consumer in consumers {
-        consumer.await.context("a consumer task")??;
+        resubscribed += consumer.await.context("a consumer task")??;
     }
     let samples = samples.await.context("the sampler task")?;
 
+    let mut counts = tally.counts();
+    counts.reconnects = broker.reconnects();
+    counts.republished = broker.republished();
+    counts.resubscribed = resubscribed;
+    counts.redelivered = tally.redelivered.load(Ordering::Relaxed);
     let records =
         std::mem::take(&mut *tally.records.lock().unwrap_or_else(PoisonError::into_inner));
     Ok(RunReport::new(
         expiry,
         produced,
-        tally.worked.load(Ordering::Relaxed),
-        tally.discarded.load(Ordering::Relaxed),
-        dropped,
-        tally.cut.load(Ordering::Relaxed),
-        tally.other.load(Ordering::Relaxed),
+        counts,
         records,
         samples,
-        produced_for_ms,
+        produced_for,
         took,
     ))
 }
 
-/// One consumer: works `--work` ms per message until told to stop.
+/// Publishes the run's messages on schedule (ids `0..`, the payload), each confirmed by the
+/// broker; returns how many were produced.
+async fn produce(
+    broker: &Broker,
+    settings: &Settings,
+    expiry: bool,
+    queue: &str,
+    tally: &Tally,
+    start: Instant,
+) -> anyhow::Result<u64> {
+    let policy = if expiry {
+        Expiry::Lifetime(settings.expiry)
+    } else {
+        Expiry::Never
+    };
+    let total = (settings.rate * settings.seconds).round() as u64;
+    for n in 0..total {
+        // Within `--seconds` of the start (n < rate × seconds), however small the rate: a
+        // whole interval of 1 / rate may not fit in a `Duration`.
+        let due = Duration::from_secs_f64(n as f64 / settings.rate);
+        tokio::time::sleep_until(start + due).await;
+        let id = n.to_string();
+        match broker.publish(queue, id.as_bytes(), policy).await {
+            Ok(_) => {}
+            // The broker was unreachable until the message's expiry passed (it is published
+            // again after a re-dial with the same expiry instant): no broker confirmed it, and
+            // its requester has given up. A copy the first broker kept comes as a duplicate.
+            Err(PublishError::AlreadyExpired { .. }) => {
+                tally.account(id.as_bytes(), Outcome::DiscardedByProducer);
+            }
+            Err(err) => return Err(err).context("publishing"),
+        }
+    }
+    Ok(total)
+}
+
+/// One consumer: works `--work` ms per message until told to stop; says how many times it
+/// subscribed again after its connection dropped.
 async fn consume(
     mut consumer: Consumer,
     tally: Arc<Tally>,
     mut stopped: watch::Receiver<bool>,
     settings: Settings,
     start: Instant,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     loop {
         let work_tally = tally.clone();
         let handler = move |message: deadline_lapin::Message| async move {
@@ -278,32 +473,49 @@ async fn consume(
         };
         let handled = tokio::select! {
             _ = stopped.changed() => break,
-            handled = consumer.next(handler) => handled,
+            handled = consumer.next_delivery(handler) => handled,
         };
-        let counter = match handled? {
-            None => break,
-            Some(Handled::Worked { .. }) => &tally.worked,
-            Some(Handled::Expired { .. } | Handled::NotEnoughTime { .. }) => &tally.discarded,
-            Some(Handled::DeadlineExceeded { .. }) => &tally.cut,
-            Some(_) => &tally.other,
+        let Some((handled, delivered)) = handled.context("consuming")? else {
+            break;
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        if delivered.redelivered {
+            tally.redelivered.fetch_add(1, Ordering::Relaxed);
+        }
+        let outcome = match handled {
+            Handled::Worked { .. } => Outcome::Worked,
+            Handled::Expired { .. } | Handled::NotEnoughTime { .. } => Outcome::DiscardedByConsumer,
+            Handled::DeadlineExceeded { .. } => Outcome::Cut,
+            _ => Outcome::Other,
+        };
+        tally.account(&delivered.data, outcome);
     }
-    consumer.close().await?;
-    Ok(())
+    let resubscribed = consumer.resubscribed();
+    // Unsettled deliveries go back to the queue when the channel closes, whichever way.
+    let _ = tokio::time::timeout(LOOK_TIMEOUT, consumer.close()).await;
+    Ok(resubscribed)
 }
 
-/// Samples the broker's count of ready messages until told to stop.
+/// Samples the broker's count of ready messages until told to stop; while the broker is
+/// unreachable, no sample is taken.
 async fn sample(
-    channel: Channel,
+    broker: Broker,
     queue: String,
     start: Instant,
     mut stopped: watch::Receiver<bool>,
 ) -> Vec<Sample> {
     let mut samples = Vec::new();
+    let mut channel = None;
     let mut next = start;
     loop {
-        if let Ok(ready) = ready_messages(&channel, &queue).await {
+        let look = look_at_broker(&broker, &mut channel, |channel| {
+            let queue = queue.clone();
+            async move { ready_messages(&channel, &queue).await }
+        });
+        let ready = tokio::select! {
+            _ = stopped.changed() => break,
+            ready = look => ready,
+        };
+        if let Some(ready) = ready {
             samples.push(Sample {
                 at_ms: Instant::now()
                     .saturating_duration_since(start)
@@ -312,12 +524,52 @@ async fn sample(
                 backlog: ready,
             });
         }
-        next += SAMPLE_EVERY;
+        // After a look that took long (the broker was down), go on from now.
+        next = (next + SAMPLE_EVERY).max(Instant::now());
         tokio::select! {
             _ = stopped.changed() => break,
             () = tokio::time::sleep_until(next) => {}
         }
     }
-    let _ = channel.close(200, "sampling done".into()).await;
+    if let Some(channel) = channel {
+        let _ =
+            tokio::time::timeout(LOOK_TIMEOUT, channel.close(200, "sampling done".into())).await;
+    }
     samples
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_message_is_accounted_for_once_and_copies_are_duplicates() {
+        let tally = Tally::new(4);
+        tally.account(b"0", Outcome::Worked);
+        tally.account(b"1", Outcome::DiscardedByConsumer);
+        // The first copy of 0 was worked but its acknowledgement lost: it comes again.
+        tally.account(b"0", Outcome::DiscardedByConsumer);
+        tally.account(b"2", Outcome::DiscardedByProducer);
+        // The first broker kept the copy the producer gave up on.
+        tally.account(b"2", Outcome::DiscardedByBroker);
+        assert_eq!(tally.settled(), 3);
+        tally.account(b"not an id", Outcome::Worked);
+        tally.account(b"4", Outcome::Worked);
+        assert_eq!(tally.settled(), 3, "ids outside the run never complete it");
+        tally.account(b"3", Outcome::Cut);
+        assert_eq!(tally.settled(), 4);
+        let counts = tally.counts();
+        assert_eq!(
+            (
+                counts.worked,
+                counts.discarded_by_consumer,
+                counts.discarded_by_producer,
+                counts.discarded_by_broker,
+                counts.cut_at_deadline,
+                counts.other,
+                counts.duplicates
+            ),
+            (1, 1, 1, 0, 1, 2, 2)
+        );
+    }
 }

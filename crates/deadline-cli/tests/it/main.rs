@@ -10,12 +10,18 @@ mod grpc;
 mod hold_log;
 mod hostile_downstream;
 mod hygiene;
+mod jobs;
 mod kernel_queue;
 mod limits;
 mod load;
 mod metrics;
 mod placement;
 mod postgres;
+// A private RabbitMQ node for `jobs`, the same one deadline-lapin's restart tests run (one file,
+// shared). Its `kill` is for those tests.
+#[allow(dead_code)]
+#[path = "../../../deadline-lapin/tests/it/node.rs"]
+mod rabbitmq_node;
 mod service;
 mod stream;
 mod tls;

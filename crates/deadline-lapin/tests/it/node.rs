@@ -6,6 +6,8 @@
 //! that group SIGTERM (a clean broker shutdown, as `systemctl stop` does), and dropping the
 //! node kills the group and removes its directory. The shared `epmd` is used, not stopped.
 //! `DEADLINE_TEST_RABBITMQ_SERVER` names another script. A missing script fails the test.
+//!
+//! The `deadline` command's tests include this file too (`deadline jobs` across a restart).
 
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
