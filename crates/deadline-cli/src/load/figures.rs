@@ -37,41 +37,13 @@ pub(super) fn summarize(
         .filter(|(o, s)| !**s && !o.in_time)
         .count();
 
-    let histogram =
-        || Histogram::<u64>::new_with_bounds(1, 3_600_000, 3).expect("valid histogram bounds");
-    let (mut latency, mut in_time_latency, mut refused_latency) =
-        (histogram(), histogram(), histogram());
-    let mut refused = 0;
-    for o in &outcomes {
-        let ms = (o.elapsed_ms.round() as u64).max(1);
-        let _ = latency.record(ms);
-        if o.in_time {
-            let _ = in_time_latency.record(ms);
-        } else if o.status.is_some() {
-            refused += 1;
-            let _ = refused_latency.record(ms);
-        }
-    }
-    let missed: std::collections::HashSet<&str> = outcomes
-        .iter()
-        .filter(|o| !o.in_time)
-        .map(|o| o.id.as_str())
-        .collect();
-    let inventory = || holds.iter().filter(|h| h.service == "inventory");
-    // `+ 0.0`: an empty sum of floats is -0.0.
-    let inventory_worker_ms_on_missed: f64 = inventory()
-        .filter(|h| {
-            h.request_id
-                .as_deref()
-                .is_some_and(|id| missed.contains(id))
-        })
-        .map(HoldLine::worker_ms)
-        .sum::<f64>()
-        + 0.0;
-    let refusals: Vec<f64> = inventory()
-        .filter(|h| h.outcome == "shed")
-        .map(|h| h.queued_ms)
-        .collect();
+    let Latencies {
+        latency,
+        in_time: in_time_latency,
+        refused: refused_latency,
+        refused_count: refused,
+    } = latencies(&outcomes);
+    let (inventory_worker_ms_on_missed, refusals) = inventory_figures(&outcomes, holds);
     let shed = refusals.len();
 
     let worker_ms: f64 = holds.iter().map(HoldLine::worker_ms).sum();
@@ -85,27 +57,8 @@ pub(super) fn summarize(
         .iter()
         .filter_map(|h| h.end_ms)
         .fold(start_wall, f64::max);
-    let first_send = outcomes.first().map_or(start_wall, |o| o.sent_at);
-    let last_send = outcomes.last().map_or(start_wall, |o| o.sent_at);
-    let achieved_rate = if requests > 1 && last_send > first_send {
-        (requests - 1) as f64 / ((last_send - first_send) / 1_000.0)
-    } else {
-        args.rate
-    };
-
-    let seconds = args.seconds.ceil() as usize;
-    let mut by_second = vec![(0usize, 0usize); seconds.max(1)];
-    for o in &outcomes {
-        let s = (((o.sent_at - start_wall) / 1_000.0).floor().max(0.0) as usize)
-            .min(by_second.len() - 1);
-        by_second[s].0 += usize::from(o.in_time);
-        by_second[s].1 += 1;
-    }
-
-    let by_second: Vec<f64> = by_second
-        .iter()
-        .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
-        .collect();
+    let achieved_rate = achieved_rate(&outcomes, args.rate, start_wall);
+    let by_second = in_time_by_second(&outcomes, args.seconds, start_wall);
     let outage = outage::figures(args, &outcomes, holds, start_wall, &by_second);
     LoadRun {
         deadlines,
@@ -169,6 +122,90 @@ pub(super) fn summarize(
             .map(|mix| by_class(mix, &outcomes))
             .unwrap_or_default(),
     }
+}
+
+/// Latency histograms (ms, at least 1) of every user, of those answered in time and of those
+/// refused, and how many were refused.
+struct Latencies {
+    latency: Histogram<u64>,
+    in_time: Histogram<u64>,
+    refused: Histogram<u64>,
+    refused_count: usize,
+}
+
+fn latencies(outcomes: &[Outcome]) -> Latencies {
+    let histogram =
+        || Histogram::<u64>::new_with_bounds(1, 3_600_000, 3).expect("valid histogram bounds");
+    let mut figures = Latencies {
+        latency: histogram(),
+        in_time: histogram(),
+        refused: histogram(),
+        refused_count: 0,
+    };
+    for o in outcomes {
+        let ms = (o.elapsed_ms.round() as u64).max(1);
+        let _ = figures.latency.record(ms);
+        if o.in_time {
+            let _ = figures.in_time.record(ms);
+        } else if o.status.is_some() {
+            figures.refused_count += 1;
+            let _ = figures.refused.record(ms);
+        }
+    }
+    figures
+}
+
+/// Inventory's worker time on users not answered in time, and how long each request it shed
+/// waited before it was refused.
+fn inventory_figures(outcomes: &[Outcome], holds: &[HoldLine]) -> (f64, Vec<f64>) {
+    let missed: std::collections::HashSet<&str> = outcomes
+        .iter()
+        .filter(|o| !o.in_time)
+        .map(|o| o.id.as_str())
+        .collect();
+    let inventory = || holds.iter().filter(|h| h.service == "inventory");
+    // `+ 0.0`: an empty sum of floats is -0.0.
+    let on_missed: f64 = inventory()
+        .filter(|h| {
+            h.request_id
+                .as_deref()
+                .is_some_and(|id| missed.contains(id))
+        })
+        .map(HoldLine::worker_ms)
+        .sum::<f64>()
+        + 0.0;
+    let refusals: Vec<f64> = inventory()
+        .filter(|h| h.outcome == "shed")
+        .map(|h| h.queued_ms)
+        .collect();
+    (on_missed, refusals)
+}
+
+/// The rate users were actually sent at (users sorted by send time), or `offered` with fewer
+/// than two.
+fn achieved_rate(outcomes: &[Outcome], offered: f64, start_wall: f64) -> f64 {
+    let first_send = outcomes.first().map_or(start_wall, |o| o.sent_at);
+    let last_send = outcomes.last().map_or(start_wall, |o| o.sent_at);
+    if outcomes.len() > 1 && last_send > first_send {
+        (outcomes.len() - 1) as f64 / ((last_send - first_send) / 1_000.0)
+    } else {
+        offered
+    }
+}
+
+/// The share answered in time among users sent in each second of the run.
+fn in_time_by_second(outcomes: &[Outcome], seconds: f64, start_wall: f64) -> Vec<f64> {
+    let mut by_second = vec![(0usize, 0usize); (seconds.ceil() as usize).max(1)];
+    for o in outcomes {
+        let s = (((o.sent_at - start_wall) / 1_000.0).floor().max(0.0) as usize)
+            .min(by_second.len() - 1);
+        by_second[s].0 += usize::from(o.in_time);
+        by_second[s].1 += 1;
+    }
+    by_second
+        .iter()
+        .map(|(ok, n)| if *n == 0 { 0.0 } else { *ok as f64 / *n as f64 })
+        .collect()
 }
 
 /// Worker time after users left, split by how each user's wait ended and by service.

@@ -271,20 +271,73 @@ struct Outcome {
     error: Option<&'static str>,
 }
 
-/// One run of the load through a fresh chain, with or without deadlines.
-async fn run_once(
-    args: &LoadArgs,
-    placement: &Placement,
-    deadlines: bool,
-    progress: &ProgressBar,
-) -> anyhow::Result<LoadRun> {
-    let label = if deadlines {
-        "load-with"
-    } else {
-        "load-without"
-    };
+/// The `user_errors` kind of a user the generator reached only after its wait was over.
+const NOT_SENT: &str = "not sent: the generator reached it after its wait";
+
+/// One user of the load: arrives at `due` and waits `wait` from then.
+struct LoadUser {
+    id: String,
+    due: Instant,
+    wait: Duration,
+    margin: u64,
+    /// Whether it also sends the instant it gives up (`--absolute-deadline`).
+    absolute: bool,
+    class: usize,
+}
+
+impl LoadUser {
+    /// Sends the user's request and waits for the answer at most until `due + wait`.
+    async fn send(self, client: &Users, url: &str) -> anyhow::Result<Outcome> {
+        // A generator running late (or a spawned task that starts late) has already spent part
+        // of the user's wait, so the user sends what is left of it and gives up at `due +
+        // wait`: a late generator must not hand out time the user no longer has. Lateness and
+        // budget come from the same instant: the user is sent now, however late the loop or
+        // this task started.
+        let now = Instant::now();
+        let lateness_ms = now.saturating_duration_since(self.due).as_secs_f64() * 1_000.0;
+        let (budget, left) = budget_left(self.due, self.wait, self.margin, now);
+        if left.is_zero() {
+            // The generator reached this user after its wait was over: a real user would have
+            // sent nothing, so nothing is sent (and no hop is handed a budget nobody has).
+            let at = epoch_ms_now();
+            return Ok(Outcome {
+                in_time: false,
+                status: None,
+                id: self.id,
+                sent_at: at,
+                lateness_ms,
+                elapsed_ms: lateness_ms,
+                left_at_ms: at,
+                class: self.class,
+                error: Some(NOT_SENT),
+            });
+        }
+        // The instant the user gives up, on the wall clock every hop on this machine reads.
+        let gives_up = self
+            .absolute
+            .then(|| gives_up_header(left, wall_now()))
+            .flatten();
+        let user = client
+            .one(url, &self.id, Some(budget), gives_up, left)
+            .await?;
+        Ok(Outcome {
+            in_time: user.status == Some(200),
+            status: user.status,
+            id: self.id,
+            sent_at: user.sent_ms,
+            lateness_ms,
+            elapsed_ms: user.elapsed.as_secs_f64() * 1_000.0,
+            left_at_ms: user.left_ms,
+            class: self.class,
+            error: user.error,
+        })
+    }
+}
+
+/// The chain's hops for one run: the scenario's, with the margin, inventory's database and queue
+/// rules, and the absolute-deadline dialect when asked.
+fn hops_for(args: &LoadArgs, deadlines: bool, tag: &str) -> Vec<crate::harness::Hop> {
     let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
-    let tag = crate::pg::run_tag(label);
     if let Some(url) = &args.postgres
         && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory")
     {
@@ -292,7 +345,7 @@ async fn run_once(
             "--postgres".to_owned(),
             url.clone(),
             "--postgres-tag".to_owned(),
-            tag.clone(),
+            tag.to_owned(),
         ]);
     }
     if deadlines && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory") {
@@ -321,6 +374,23 @@ async fn run_once(
             }
         }
     }
+    hops
+}
+
+/// One run of the load through a fresh chain, with or without deadlines.
+async fn run_once(
+    args: &LoadArgs,
+    placement: &Placement,
+    deadlines: bool,
+    progress: &ProgressBar,
+) -> anyhow::Result<LoadRun> {
+    let label = if deadlines {
+        "load-with"
+    } else {
+        "load-without"
+    };
+    let tag = crate::pg::run_tag(label);
+    let hops = hops_for(args, deadlines, &tag);
     let hops = outage::with_retry_flags(args.protocol.on(hops), args);
     let chain = Chain::start(label, &hops, placement).await?;
     let sampler = match &args.postgres {
@@ -329,72 +399,10 @@ async fn run_once(
     };
     let client = Users::new(args.protocol);
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
-    let total = (args.rate * args.seconds).round().max(1.0) as usize;
-    let period = Duration::from_secs_f64(1.0 / args.rate);
-    // Each user's class, wait and budget: one class of `--user-wait` without a mix.
-    let waits: Vec<u64> = match &args.budget_mix {
-        Some(mix) => mix.0.iter().map(|c| c.wait_ms).collect(),
-        None => vec![args.user_wait],
-    };
-
-    progress.set_length(total as u64);
-    progress.set_position(0);
-    progress.set_message(if deadlines {
-        "with deadlines"
-    } else {
-        "without deadlines"
-    });
-
     let idle = hygiene::sample_all(&chain).await?;
     let generator_before = ProcessUsage::of("generator", None);
-    let start = Instant::now();
     let start_wall = epoch_ms_now();
-    let mut users = tokio::task::JoinSet::new();
-    for i in 0..total {
-        let due = start + period.mul_f64(i as f64);
-        tokio::time::sleep_until(due).await;
-        let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
-        let id = format!("load-{}-{i}", args.seed);
-        let class = args.budget_mix.as_ref().map_or(0, |mix| mix.class_of(i));
-        let wait = Duration::from_millis(waits[class]);
-        let margin = args.margin;
-        let absolute = deadlines && args.absolute_deadline;
-        users.spawn(async move {
-            // The user arrived at `due` and waits `wait` from then. A generator running late
-            // (or a spawned task that starts late) has already spent part of that wait, so the
-            // user sends what is left of it and gives up at `due + wait`: a late generator
-            // must not hand out time the user no longer has.
-            // Lateness and budget from the same instant: the user is sent now, however late
-            // the loop or this task started.
-            let now = Instant::now();
-            let lateness_ms = now.saturating_duration_since(due).as_secs_f64() * 1_000.0;
-            let (budget, left) = budget_left(due, wait, margin, now);
-            // The instant the user gives up, on the wall clock every hop on this machine reads.
-            let gives_up = absolute
-                .then(|| gives_up_header(left, wall_now()))
-                .flatten();
-            let result = client.one(&url, &id, Some(budget), gives_up, left).await;
-            progress.inc(1);
-            result.map(|user| {
-                let elapsed_ms = user.elapsed.as_secs_f64() * 1_000.0;
-                Outcome {
-                    in_time: user.status == Some(200),
-                    status: user.status,
-                    id,
-                    sent_at: user.sent_ms,
-                    lateness_ms,
-                    elapsed_ms,
-                    left_at_ms: user.left_ms,
-                    class,
-                    error: user.error,
-                }
-            })
-        });
-    }
-    let mut outcomes = Vec::with_capacity(total);
-    while let Some(joined) = users.join_next().await {
-        outcomes.push(joined.context("a user task failed")??);
-    }
+    let outcomes = send_users(args, deadlines, &client, url, progress).await?;
     // The users are gone: close their pooled connections, then wait for the services to give
     // back what the run used.
     drop(client);
@@ -420,6 +428,58 @@ async fn run_once(
     run.hygiene = hygiene;
     run.metrics = service_metrics;
     Ok(run)
+}
+
+/// Sends the run's users on their open-loop schedule and waits for every one of them.
+async fn send_users(
+    args: &LoadArgs,
+    deadlines: bool,
+    client: &Users,
+    url: Arc<str>,
+    progress: &ProgressBar,
+) -> anyhow::Result<Vec<Outcome>> {
+    let total = (args.rate * args.seconds).round().max(1.0) as usize;
+    let period = Duration::from_secs_f64(1.0 / args.rate);
+    // Each user's class, wait and budget: one class of `--user-wait` without a mix.
+    let waits: Vec<u64> = match &args.budget_mix {
+        Some(mix) => mix.0.iter().map(|c| c.wait_ms).collect(),
+        None => vec![args.user_wait],
+    };
+    progress.set_length(total as u64);
+    progress.set_position(0);
+    progress.set_message(if deadlines {
+        "with deadlines"
+    } else {
+        "without deadlines"
+    });
+    let start = Instant::now();
+    let mut users = tokio::task::JoinSet::new();
+    for i in 0..total {
+        let due = start + period.mul_f64(i as f64);
+        tokio::time::sleep_until(due).await;
+        let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
+        let id = format!("load-{}-{i}", args.seed);
+        let class = args.budget_mix.as_ref().map_or(0, |mix| mix.class_of(i));
+        let wait = Duration::from_millis(waits[class]);
+        let user = LoadUser {
+            id,
+            due,
+            wait,
+            margin: args.margin,
+            absolute: deadlines && args.absolute_deadline,
+            class,
+        };
+        users.spawn(async move {
+            let outcome = user.send(&client, &url).await;
+            progress.inc(1);
+            outcome
+        });
+    }
+    let mut outcomes = Vec::with_capacity(total);
+    while let Some(joined) = users.join_next().await {
+        outcomes.push(joined.context("a user task failed")??);
+    }
+    Ok(outcomes)
 }
 
 pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
@@ -520,6 +580,36 @@ mod tests {
     use tokio::time::Instant;
 
     use super::{budget_left, gives_up_header};
+
+    #[tokio::test]
+    async fn a_user_reached_after_its_wait_is_not_sent() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/order", listener.local_addr().unwrap());
+        let client = crate::grpc::Users::new(crate::grpc::Protocol::Http1);
+        let user = |due| super::LoadUser {
+            id: "u-1".to_owned(),
+            due,
+            wait: Duration::from_millis(100),
+            margin: 50,
+            absolute: false,
+            class: 0,
+        };
+        let gone = user(Instant::now() - Duration::from_millis(300));
+        let outcome = gone.send(&client, &url).await.unwrap();
+        assert_eq!(outcome.error, Some(super::NOT_SENT));
+        assert!(outcome.lateness_ms >= 300.0 && !outcome.in_time);
+        // Nothing reached the service: no connection is waiting to be accepted.
+        let accepted = tokio::time::timeout(Duration::from_millis(100), listener.accept()).await;
+        assert!(
+            accepted.is_err(),
+            "the generator connected for a user already gone"
+        );
+        // A user on time is sent (and, with nobody answering, waits its wait out).
+        let on_time = user(Instant::now());
+        let (outcome, accepted) = tokio::join!(on_time.send(&client, &url), listener.accept());
+        assert!(accepted.is_ok());
+        assert_eq!(outcome.unwrap().error, None);
+    }
 
     #[test]
     fn a_late_send_carries_only_what_is_left_of_the_users_wait() {
