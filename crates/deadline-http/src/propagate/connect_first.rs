@@ -127,11 +127,9 @@ impl fmt::Display for ConnectError {
     }
 }
 
-impl std::error::Error for ConnectError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.source)
-    }
-}
+// The message already holds the cause's own, so `source` is left empty: a report printing the
+// chain would say it twice.
+impl std::error::Error for ConnectError {}
 
 /// A request this client cannot send.
 #[derive(Debug)]
