@@ -246,9 +246,8 @@ pub fn client_config_from_pem(ca: impl AsRef<Path>) -> Result<Arc<ClientConfig>,
     client_config(roots)
 }
 
-/// A client configuration trusting the system's root certificates (the platform's store, as
-/// `rustls-native-certs` finds it; on Linux the `SSL_CERT_FILE` / `SSL_CERT_DIR` variables
-/// override where). Certificates the store holds that are not usable roots are skipped; none
+/// A client configuration trusting the system's root certificates (the platform's certificate
+/// store; on Linux the `SSL_CERT_FILE` / `SSL_CERT_DIR` variables override where it is read). Certificates the store holds that are not usable roots are skipped; none
 /// at all is [`TlsConfigError::NoSystemRoots`].
 pub fn client_config_with_system_roots() -> Result<Arc<ClientConfig>, TlsConfigError> {
     let found = rustls_native_certs::load_native_certs();
