@@ -267,4 +267,31 @@ mod tests {
             assert_eq!(moved.extensions().get::<Deadline>(), Some(&explicit));
         }
     }
+
+    /// A late stamp takes the time since planning off the budget, in whole milliseconds, and
+    /// never writes less than 1 ms (no header would mean no deadline).
+    #[test]
+    fn a_late_stamp_writes_what_is_left() {
+        let planned = Instant::now();
+        let stamp = LateStamp::new(
+            planned,
+            Budget::from_millis(950).unwrap(),
+            DialectSet::none(),
+        );
+        let at = |ms| planned + std::time::Duration::from_micros(ms);
+        assert_eq!(stamp.budget_at(at(0)).as_millis(), 950);
+        assert_eq!(stamp.budget_at(at(300_900)).as_millis(), 650);
+        assert_eq!(stamp.budget_at(at(949_999)).as_millis(), 1);
+        assert_eq!(stamp.budget_at(at(5_000_000)).as_millis(), 1);
+        let mut request = Request::builder()
+            .header("content-type", "application/grpc")
+            .header(BUDGET_HEADER, "950")
+            .body(())
+            .unwrap();
+        stamp.restamp(&mut request, at(300_000));
+        assert_eq!(request.headers()[BUDGET_HEADER], "650");
+        assert_eq!(request.headers()["grpc-timeout"], "650000u");
+        let budgets: Vec<_> = request.headers().get_all(BUDGET_HEADER).iter().collect();
+        assert_eq!(budgets.len(), 1);
+    }
 }

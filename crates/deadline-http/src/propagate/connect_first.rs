@@ -215,39 +215,61 @@ impl Pool {
             return Err(BadUri(uri.clone()).into());
         };
         let key = (tls, authority);
-        let (id, sender) = match self.checkout(&key) {
-            Some(found) => found,
-            None => self.dial(&key).await?,
-        };
-        let mut evict = request.extensions().get::<AttemptEnd>().map(|end| Evict {
-            pool: Arc::clone(&self),
-            key: key.clone(),
-            id,
-            until: end.at,
-            armed: true,
-        });
-        // The connection is ready: what is left of the budget is what the callee gets.
-        if let Some(stamp) = request.extensions_mut().remove::<LateStamp>() {
-            stamp.restamp(&mut request, Instant::now());
-        }
-        let response = match sender {
-            Sender::Http1(mut sender) => {
-                to_origin_form(&mut request, &key.1);
-                let sent = sender.send_request(request);
-                // Back in the pool at once: it is taken again only once it is ready (its
-                // response read whole).
-                self.put_back(&key, id, Sender::Http1(sender));
-                sent.await
+        let stamp = request.extensions_mut().remove::<LateStamp>();
+        let until = request.extensions().get::<AttemptEnd>().map(|end| end.at);
+        // Kept for a second try: an HTTP/1.1 request is rewritten to its path.
+        let uri = request.uri().clone();
+        loop {
+            let (id, sender, reused) = match self.checkout(&key) {
+                Some((id, sender)) => (id, sender, true),
+                None => {
+                    let (id, sender) = self.dial(&key).await?;
+                    (id, sender, false)
+                }
+            };
+            let mut evict = until.map(|until| Evict {
+                pool: Arc::clone(&self),
+                key: key.clone(),
+                id,
+                until,
+                armed: true,
+            });
+            // The connection is ready: what is left of the budget is what the callee gets.
+            if let Some(stamp) = &stamp {
+                stamp.restamp(&mut request, Instant::now());
             }
-            Sender::Http2(mut sender) => {
-                *request.version_mut() = Version::HTTP_2;
-                sender.send_request(request).await
+            let response = match sender {
+                Sender::Http1(mut sender) => {
+                    to_origin_form(&mut request, &key.1);
+                    let sent = sender.try_send_request(request);
+                    // Back in the pool at once: it is taken again only once it is ready (its
+                    // response read whole).
+                    self.put_back(&key, id, Sender::Http1(sender));
+                    sent.await
+                }
+                Sender::Http2(mut sender) => {
+                    *request.version_mut() = Version::HTTP_2;
+                    sender.try_send_request(request).await
+                }
+            };
+            if let Some(evict) = &mut evict {
+                evict.armed = false;
             }
-        };
-        if let Some(evict) = &mut evict {
-            evict.armed = false;
+            match response {
+                Ok(response) => return Ok(response),
+                // A pooled connection that closed before the request was written (the server
+                // closed it while idle): nothing reached the callee, so the request goes on a
+                // fresh connection within the same attempt, stamped again.
+                Err(mut error) if reused => match error.take_message() {
+                    Some(unsent) => {
+                        request = unsent;
+                        *request.uri_mut() = uri.clone();
+                    }
+                    None => return Err(error.into_error().into()),
+                },
+                Err(error) => return Err(error.into_error().into()),
+            }
         }
-        Ok(response?)
     }
 
     /// An idle HTTP/1.1 connection ready for a request (taken out of the pool), or the HTTP/2

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadline::BUDGET_HEADER;
 use deadline::{CallPolicy, Deadline};
-use deadline_http::propagate::Backoff;
+use deadline_http::propagate::{Backoff, HedgeDelay};
 use deadline_http::serve::{ServeOptions, serve_tls};
 use deadline_http::tls::{
     ALPN_H2, ALPN_HTTP1, TlsConfigError, client_config_from_pem, server_config_from_pem,
@@ -593,9 +593,13 @@ async fn the_budget_is_stamped_after_the_handshake() {
     let delay = Duration::from_millis(300);
     let (proxy, _) = slow_proxy(server.addr, delay).await;
     let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let hedged = DeadlineClient::https(policy(5_000, 2), Arc::clone(&tls))
+        .hedge(Some(HedgeDelay::Fixed(Duration::from_secs(4))));
     for client in [
         DeadlineClient::https(policy(5_000, 1), Arc::clone(&tls)),
         DeadlineClient::https_h2(policy(5_000, 1), Arc::clone(&tls)),
+        // The hedging loop sends its attempts its own way: stamped late too.
+        hedged,
     ] {
         let url = format!("https://localhost:{}/", proxy.port());
         let start = Instant::now();
@@ -613,6 +617,45 @@ async fn the_budget_is_stamped_after_the_handshake() {
             "the callee was told {told} ms: the {delay:?} handshake was not taken off"
         );
         assert!(told >= 2_000, "told {told} ms");
+    }
+    server.stop().await;
+}
+
+/// An idle HTTP/1.1 connection the server closed is not used for the next call: it goes out on
+/// a new connection, with one attempt.
+#[tokio::test]
+async fn a_connection_the_server_closed_while_idle_is_not_a_failed_call() {
+    let pki = Pki::new();
+    let handler = service_fn(|_request: Request<Incoming>| async move {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("ok"))))
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut config = (*server_config_from_pem(pki.cert(), pki.key()).unwrap()).clone();
+    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    let options = ServeOptions::default().idle_timeout(Duration::from_millis(100));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async {
+        let _ = stopped.await;
+    };
+    let task = tokio::spawn(serve_tls(
+        listener,
+        Arc::new(config),
+        handler,
+        shutdown,
+        options,
+    ));
+    let server = Server {
+        addr,
+        stop: Some(stop),
+        task,
+    };
+    let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let client = DeadlineClient::https(policy(2_000, 1), tls);
+    let url = format!("https://localhost:{}/", server.addr.port());
+    for _ in 0..3 {
+        assert_eq!(text(client.get(url.as_str()).await).await, "ok");
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     server.stop().await;
 }
