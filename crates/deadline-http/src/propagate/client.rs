@@ -43,6 +43,10 @@ use super::evict::{Evicting, H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT};
 /// A connection an attempt timed out on is taken out of the pool (the next call dials a new
 /// one), and an HTTP/2 connection whose peer stops answering keep-alive PINGs is closed; see
 /// [`H2_KEEP_ALIVE_INTERVAL`](super::H2_KEEP_ALIVE_INTERVAL).
+///
+/// With the `tls` feature, `DeadlineClient::https` and `https_h2` call `https://` URLs; their
+/// pool connects before the budget is stamped, so a TLS handshake is not spent from the
+/// callee's budget unseen.
 #[derive(Clone, Debug)]
 pub struct DeadlineClient {
     service: Inner,

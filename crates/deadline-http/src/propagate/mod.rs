@@ -47,7 +47,9 @@
 //! ```
 //!
 //! For plain HTTP calls, [`DeadlineClient`] is this layer over hyper-util's pooled client, with
-//! `TCP_NODELAY` set.
+//! `TCP_NODELAY` set. For `https://` calls (feature `tls`), `DeadlineClient::https` puts it over
+//! a pool that connects first and stamps the budget once the connection is ready, so a TLS
+//! handshake is taken off the budget the callee is told.
 //!
 //! # Where the deadline comes from
 //!
