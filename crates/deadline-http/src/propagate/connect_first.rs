@@ -24,7 +24,8 @@
 //! One pool per client (its clones share it), keyed by scheme and authority. The protocol is
 //! the one ALPN negotiated: `h2` is spoken as HTTP/2 (one connection per host carries every
 //! call, each a stream), anything else (`http/1.1`, or no ALPN) as HTTP/1.1 (one request at a
-//! time per connection; a busy connection is skipped and another dialed). A client made for
+//! time per connection; a busy connection is skipped and another dialed). Calls to a host known
+//! to speak HTTP/2 that find no connection wait for one dial and share what it made. A client made for
 //! gRPC offers `h2` alone and speaks HTTP/2. An `http://` URL is dialed in cleartext by the
 //! same pool (HTTP/1.1, or HTTP/2 with prior knowledge for a client made for gRPC), and is
 //! stamped the same way. Every socket has `TCP_NODELAY` set, and HTTP/2 connections are PINGed
@@ -86,12 +87,23 @@ struct Pool {
     tls: TlsConnector,
     /// Speak HTTP/2 whatever ALPN said (a client made for gRPC).
     http2_only: bool,
-    hosts: Mutex<HashMap<Key, Vec<Conn>>>,
+    hosts: Mutex<HashMap<Key, Host>>,
     next_id: AtomicU64,
 }
 
 /// Connections are shared by scheme and authority.
 type Key = (bool, Authority);
+
+/// The connections to one host.
+#[derive(Default)]
+struct Host {
+    conns: Vec<Conn>,
+    /// The last connection made to it speaks HTTP/2: one connection carries every call, so
+    /// calls that find none wait for one dial instead of each dialing its own.
+    http2: bool,
+    /// Held while an HTTP/2 connection is dialed.
+    dialing: Arc<tokio::sync::Mutex<()>>,
+}
 
 /// One pooled connection.
 struct Conn {
@@ -194,8 +206,8 @@ impl Drop for Evict {
             return;
         }
         let mut hosts = self.pool.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(conns) = hosts.get_mut(&self.key) {
-            conns.retain(|c| c.id != self.id);
+        if let Some(host) = hosts.get_mut(&self.key) {
+            host.conns.retain(|c| c.id != self.id);
         }
     }
 }
@@ -222,10 +234,7 @@ impl Pool {
         loop {
             let (id, sender, reused) = match self.checkout(&key) {
                 Some((id, sender)) => (id, sender, true),
-                None => {
-                    let (id, sender) = self.dial(&key).await?;
-                    (id, sender, false)
-                }
+                None => self.connect(&key).await?,
             };
             let mut evict = until.map(|until| Evict {
                 pool: Arc::clone(&self),
@@ -276,7 +285,7 @@ impl Pool {
     /// connection (shared); closed ones found on the way are dropped.
     fn checkout(&self, key: &Key) -> Option<(u64, Sender)> {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        let conns = hosts.get_mut(key)?;
+        let conns = &mut hosts.get_mut(key)?.conns;
         conns.retain(|c| !c.sender.is_closed());
         let index = conns.iter().position(|c| match &c.sender {
             Sender::Http1(s) => s.is_ready(),
@@ -294,10 +303,33 @@ impl Pool {
     /// Puts a connection (back) in the pool.
     fn put_back(&self, key: &Key, id: u64, sender: Sender) {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        hosts
-            .entry(key.clone())
-            .or_default()
-            .push(Conn { id, sender });
+        let host = hosts.entry(key.clone()).or_default();
+        host.http2 = matches!(sender, Sender::Http2(_));
+        host.conns.push(Conn { id, sender });
+    }
+
+    /// A connection for a call that found none: over HTTP/2 (known from the last connection
+    /// to the host, or for a gRPC client) one dial at a time, the calls waiting for it taking
+    /// the connection it made; over HTTP/1.1 a dial of its own. Whether it was found (`true`)
+    /// or dialed.
+    async fn connect(&self, key: &Key) -> Result<(u64, Sender, bool), BoxError> {
+        let dialing = {
+            let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+            let host = hosts.entry(key.clone()).or_default();
+            (self.http2_only || host.http2).then(|| Arc::clone(&host.dialing))
+        };
+        let _dialing = match dialing {
+            Some(lock) => {
+                let held = lock.lock_owned().await;
+                if let Some((id, sender)) = self.checkout(key) {
+                    return Ok((id, sender, true));
+                }
+                Some(held)
+            }
+            None => None,
+        };
+        let (id, sender) = self.dial(key).await?;
+        Ok((id, sender, false))
     }
 
     /// A new connection to `key`: TCP (`TCP_NODELAY`), TLS for `https`, then the HTTP

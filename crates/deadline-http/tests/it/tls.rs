@@ -660,6 +660,30 @@ async fn a_connection_the_server_closed_while_idle_is_not_a_failed_call() {
     server.stop().await;
 }
 
+/// Calls started together on a new HTTP/2 client make one connection, not one each.
+#[tokio::test]
+async fn concurrent_first_calls_over_http2_share_one_dial() {
+    let pki = Pki::new();
+    let server = echo_server(&pki, &[ALPN_H2, ALPN_HTTP1]).await;
+    // The handshake held 100 ms, so the calls all find no connection.
+    let (proxy, connections) = slow_proxy(server.addr, Duration::from_millis(100)).await;
+    let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let client = DeadlineClient::https_h2(policy(3_000, 1), tls);
+    let url = format!("https://localhost:{}/", proxy.port());
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let client = client.clone();
+            let url = url.clone();
+            tokio::spawn(async move { text(client.get(url.as_str()).await).await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap(), "HTTP/2.0 -");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "one dial shared");
+    server.stop().await;
+}
+
 /// A connection an attempt timed out on is not reused: the next call dials a new one (over
 /// HTTP/2, where it would otherwise carry every call).
 #[tokio::test]
