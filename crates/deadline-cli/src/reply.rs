@@ -35,3 +35,11 @@ pub(crate) fn body_failed(name: &str, error: &BodyError) -> Response<Full<Bytes>
         ),
     }
 }
+
+/// The cause of a failed call, as ` (why)` after its message (a refused connection, a TLS
+/// handshake with an untrusted certificate), or nothing when it has none.
+pub(crate) fn cause(err: &deadline_http::CallError) -> String {
+    std::error::Error::source(err)
+        .map(|cause| format!(" ({cause})"))
+        .unwrap_or_default()
+}

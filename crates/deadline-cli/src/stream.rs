@@ -241,7 +241,11 @@ pub(crate) async fn answer(
             failure(StatusCode::GATEWAY_TIMEOUT, text, grpc)
         }
         Err(err) => {
-            let text = format!("{}: downstream failed: {err}", hop.name);
+            let text = format!(
+                "{}: downstream failed: {err}{}",
+                hop.name,
+                crate::reply::cause(&err)
+            );
             failure(StatusCode::BAD_GATEWAY, text, grpc)
         }
     }

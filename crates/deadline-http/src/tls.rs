@@ -1,5 +1,8 @@
 //! TLS for [`serve_tls`](crate::serve::serve_tls): a rustls server configuration (the `ring`
-//! provider) from PEM files, offering ALPN `h2` and `http/1.1`.
+//! provider) from PEM files, offering ALPN `h2` and `http/1.1`; and for outbound `https://`
+//! calls ([`DeadlineClient::https`](crate::DeadlineClient::https)): a client configuration
+//! trusting a given CA ([`client_config_from_pem`]) or the system's roots
+//! ([`client_config_with_system_roots`]).
 //!
 //! # The protocol is the one ALPN negotiated
 //!
@@ -26,13 +29,21 @@
 //! once, the failure is logged at debug level (one line, with the peer), and the socket is
 //! closed without an answer. The accept loop does not wait for it.
 //!
+//! # Outbound
+//!
+//! A client configuration made here verifies the server's certificate chain and name against
+//! its roots; the client sets the ALPN protocols it offers itself (`h2` alone for gRPC, `h2`
+//! then `http/1.1` otherwise). A certificate that is not trusted fails the handshake, and the
+//! attempt fails as a connection error (see [`DeadlineClient::https`](crate::DeadlineClient::https)
+//! for when the budget is stamped).
+//!
 //! [`ServeOptions::tls_handshake_timeout`]: crate::serve::ServeOptions::tls_handshake_timeout
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::ServerConfig;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -70,6 +81,30 @@ pub enum TlsConfigError {
     /// rustls refused the certificate and key (for instance, a key that does not match the
     /// certificate, or of a kind the `ring` provider does not support).
     Rejected(rustls::Error),
+    /// The CA file could not be read or holds a malformed PEM section.
+    ReadCa {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        source: rustls_pki_types::pem::Error,
+    },
+    /// The CA file holds no `CERTIFICATE` section.
+    NoCa {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A certificate of the CA file is not a usable trust anchor.
+    BadCa {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        source: rustls::Error,
+    },
+    /// No root certificate could be loaded from the system's store.
+    NoSystemRoots {
+        /// What the loader reported, if anything.
+        detail: String,
+    },
 }
 
 impl fmt::Display for TlsConfigError {
@@ -94,6 +129,36 @@ impl fmt::Display for TlsConfigError {
             }
             TlsConfigError::Rejected(error) => {
                 write!(f, "the certificate and key were refused: {error}")
+            }
+            TlsConfigError::ReadCa { path, source } => {
+                write!(
+                    f,
+                    "cannot read CA certificates from {}: {source}",
+                    path.display()
+                )
+            }
+            TlsConfigError::NoCa { path } => {
+                write!(
+                    f,
+                    "no PEM CERTIFICATE section in CA file {}",
+                    path.display()
+                )
+            }
+            TlsConfigError::BadCa { path, source } => {
+                write!(
+                    f,
+                    "a certificate in CA file {} is not a usable root: {source}",
+                    path.display()
+                )
+            }
+            TlsConfigError::NoSystemRoots { detail } if detail.is_empty() => {
+                write!(f, "no root certificate found in the system's store")
+            }
+            TlsConfigError::NoSystemRoots { detail } => {
+                write!(
+                    f,
+                    "no root certificate found in the system's store: {detail}"
+                )
             }
         }
     }
@@ -149,5 +214,65 @@ pub fn server_config(
         .with_single_cert(chain, key)
         .map_err(TlsConfigError::Rejected)?;
     config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A client configuration trusting the CA certificates of a PEM file (one or more
+/// `CERTIFICATE` sections), with the `ring` provider and no ALPN (the client sets the protocols
+/// it offers). Every error is a value: a missing or unreadable file, a file with no certificate,
+/// a certificate that is not a usable root.
+pub fn client_config_from_pem(ca: impl AsRef<Path>) -> Result<Arc<ClientConfig>, TlsConfigError> {
+    let path = ca.as_ref();
+    let read = |source| TlsConfigError::ReadCa {
+        path: path.to_owned(),
+        source,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(read)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(read)?;
+    if certs.is_empty() {
+        return Err(TlsConfigError::NoCa {
+            path: path.to_owned(),
+        });
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|source| TlsConfigError::BadCa {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    client_config(roots)
+}
+
+/// A client configuration trusting the system's root certificates (the platform's certificate
+/// store; on Linux the `SSL_CERT_FILE` / `SSL_CERT_DIR` variables override where it is read). Certificates the store holds that are not usable roots are skipped; none
+/// at all is [`TlsConfigError::NoSystemRoots`].
+pub fn client_config_with_system_roots() -> Result<Arc<ClientConfig>, TlsConfigError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let detail = found
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(TlsConfigError::NoSystemRoots { detail });
+    }
+    client_config(roots)
+}
+
+/// A client configuration verifying servers against `roots`, with the `ring` provider and
+/// rustls's safe default protocol versions, and no ALPN.
+pub fn client_config(roots: RootCertStore) -> Result<Arc<ClientConfig>, TlsConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(TlsConfigError::Rejected)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     Ok(Arc::new(config))
 }

@@ -1,7 +1,10 @@
 //! `deadline service --tls-cert PEM --tls-key PEM`: curl negotiates HTTP/2 or HTTP/1.1 with it
 //! over TLS and the budget is enforced; a silent client is closed after
 //! `--tls-handshake-timeout`; the two flags go together, and bad PEM files are an error before
-//! anything is served.
+//! anything is served. Outbound: a TLS chain, `deadline service` calling another over
+//! `--downstream https://… --ca ca.pem` (HTTP/2 by ALPN, or gRPC), answers curl; a downstream
+//! certificate the CA did not sign is a 502 naming the handshake, and a bad `--ca` an error
+//! before serving.
 //!
 //! Certificates are made at run time with rcgen (a CA and a leaf for `127.0.0.1`) in a fresh
 //! temporary directory; no key is committed. curl must be installed: without it the test fails,
@@ -236,6 +239,96 @@ fn a_silent_client_is_closed_after_the_tls_handshake_timeout() {
     .into_owned();
     assert!(
         err.contains("--tls-handshake-timeout must be at least 1 ms"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_tls_chain_calls_its_https_downstream_verified_against_the_ca() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let (cert, key, ca) = (
+        pki.path("cert.pem"),
+        pki.path("key.pem"),
+        pki.path("ca.pem"),
+    );
+    let inventory = Service::start(&[
+        "--name",
+        "inventory",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    let downstream = format!("https://{}", inventory.addr);
+    let tls = ["--tls-cert", cert.as_str(), "--tls-key", key.as_str()];
+    let front = Service::start(
+        &[
+            &["--name", "front", "--downstream", &downstream, "--ca", &ca][..],
+            &tls[..],
+        ]
+        .concat(),
+    );
+    let grpc = Service::start(&[
+        "--name",
+        "grpc-front",
+        "--downstream",
+        &downstream,
+        "--downstream-protocol",
+        "grpc",
+        "--ca",
+        &ca,
+    ]);
+    let untrusting = Service::start(&[
+        "--name",
+        "untrusting",
+        "--downstream",
+        &downstream,
+        "--ca",
+        &other.path("ca.pem"),
+        "--attempts",
+        "1",
+    ]);
+    let budget = ["--include", "--header", "deadline-budget-ms: 2000"];
+
+    // curl → front over TLS → inventory over TLS: the answer is the callee's, and the trace
+    // nests the callee's hop under the attempt.
+    let out = curl(&ca, &format!("https://{}/items", front.addr), &budget);
+    assert_eq!(version_and_status(&out), "2 200", "{out}");
+    assert!(out.contains("inventory: done"), "{out}");
+    assert!(out.contains("...inventory@"), "{out}");
+    // gRPC downstream: `h2` negotiated, the reply's status judged.
+    let out = curl(&ca, &format!("http://{}/items", grpc.addr), &budget);
+    assert_eq!(version_and_status(&out), "1.1 200", "{out}");
+    assert!(out.contains("inventory: done"), "{out}");
+    assert!(out.contains("...inventory@"), "{out}");
+    // A CA that did not sign the downstream's certificate: the handshake fails, a 502.
+    let out = curl(&ca, &format!("http://{}/items", untrusting.addr), &budget);
+    assert_eq!(version_and_status(&out), "1.1 502", "{out}");
+    assert!(out.contains("TLS handshake failed"), "{out}");
+    assert!(!out.contains("inventory@"), "{out}");
+}
+
+#[test]
+fn a_bad_ca_file_is_refused_before_serving() {
+    let pki = Pki::new();
+    let stderr = |output: Output| String::from_utf8_lossy(&output.stderr).into_owned();
+    let https = ["--downstream", "https://127.0.0.1:1"];
+    let missing = pki.path("missing.pem");
+    let err = stderr(service_fails(&[&https[..], &["--ca", &missing]].concat()));
+    assert!(err.contains("--ca: cannot read CA certificates"), "{err}");
+    let key = pki.path("key.pem");
+    let err = stderr(service_fails(&[&https[..], &["--ca", &key]].concat()));
+    assert!(err.contains("--ca: no PEM CERTIFICATE section"), "{err}");
+    let ca = pki.path("ca.pem");
+    let err = stderr(service_fails(&[
+        "--downstream",
+        "http://127.0.0.1:1",
+        "--ca",
+        &ca,
+    ]));
+    assert!(
+        err.contains("--ca is for an https:// --downstream"),
         "{err}"
     );
 }

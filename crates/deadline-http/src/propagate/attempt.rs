@@ -3,6 +3,7 @@
 use deadline::plan::retry::is_idempotent;
 use deadline::{Budget, Deadline};
 use http::Request;
+use tokio::time::Instant;
 
 use super::dialects::DialectSet;
 use super::{IDEMPOTENCY_KEY, UNNAMED_TARGET};
@@ -44,6 +45,11 @@ impl<B: Clone> AttemptRequests<B> {
         self.allowed
     }
 
+    /// The headers besides `Deadline-Budget-Ms` each attempt tells its budget in.
+    pub(super) fn dialect_set(&self) -> &DialectSet {
+        &self.dialects
+    }
+
     /// Whether the attempt that is the `sent`-th is the last one allowed.
     pub(super) fn is_last(&self, sent: u32) -> bool {
         sent >= self.allowed
@@ -68,6 +74,50 @@ impl<B: Clone> AttemptRequests<B> {
         };
         self.dialects.write(attempt.headers_mut(), budget);
         Some(attempt)
+    }
+}
+
+/// An attempt's budget as planned, carried in its request's extensions to a client that
+/// connects before it writes (`connect_first`, under the `tls` feature): once the connection
+/// is ready, the budget headers are written again with what is left of it, so the time spent
+/// connecting (a TCP connect, a TLS handshake) is not taken from the callee's budget unseen.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(super) struct LateStamp {
+    /// When the budget was planned (the attempt's start).
+    planned_at: Instant,
+    /// The budget planned for the attempt.
+    budget: Budget,
+    /// The headers besides `Deadline-Budget-Ms` it is written in.
+    dialects: DialectSet,
+}
+
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+impl LateStamp {
+    /// The stamp of an attempt planned at `planned_at` with `budget`, written in `dialects`
+    /// too.
+    pub(super) fn new(planned_at: Instant, budget: Budget, dialects: DialectSet) -> LateStamp {
+        LateStamp {
+            planned_at,
+            budget,
+            dialects,
+        }
+    }
+
+    /// The budget left at `now`: the planned one less the time since it was planned (whole
+    /// milliseconds), never below 1 ms (a budget header removed would say "no deadline").
+    pub(super) fn budget_at(&self, now: Instant) -> Budget {
+        let spent = now.saturating_duration_since(self.planned_at).as_millis();
+        let spent = u64::try_from(spent).unwrap_or(u64::MAX);
+        Budget::from_millis(self.budget.as_millis().saturating_sub(spent)).unwrap_or(Budget::ONE_MS)
+    }
+
+    /// Writes the attempt's budget headers again in `request` (as its attempt was first
+    /// stamped), with the budget left at `now`.
+    pub(super) fn restamp<B>(&self, request: &mut Request<B>, now: Instant) {
+        let budget = Some(self.budget_at(now));
+        set_budget(request, budget);
+        self.dialects.write(request.headers_mut(), budget);
     }
 }
 
@@ -216,5 +266,32 @@ mod tests {
             assert_eq!(moved.extensions().get::<u8>(), None);
             assert_eq!(moved.extensions().get::<Deadline>(), Some(&explicit));
         }
+    }
+
+    /// A late stamp takes the time since planning off the budget, in whole milliseconds, and
+    /// never writes less than 1 ms (no header would mean no deadline).
+    #[test]
+    fn a_late_stamp_writes_what_is_left() {
+        let planned = Instant::now();
+        let stamp = LateStamp::new(
+            planned,
+            Budget::from_millis(950).unwrap(),
+            DialectSet::none(),
+        );
+        let at = |ms| planned + std::time::Duration::from_micros(ms);
+        assert_eq!(stamp.budget_at(at(0)).as_millis(), 950);
+        assert_eq!(stamp.budget_at(at(300_900)).as_millis(), 650);
+        assert_eq!(stamp.budget_at(at(949_999)).as_millis(), 1);
+        assert_eq!(stamp.budget_at(at(5_000_000)).as_millis(), 1);
+        let mut request = Request::builder()
+            .header("content-type", "application/grpc")
+            .header(BUDGET_HEADER, "950")
+            .body(())
+            .unwrap();
+        stamp.restamp(&mut request, at(300_000));
+        assert_eq!(request.headers()[BUDGET_HEADER], "650");
+        assert_eq!(request.headers()["grpc-timeout"], "650000u");
+        let budgets: Vec<_> = request.headers().get_all(BUDGET_HEADER).iter().collect();
+        assert_eq!(budgets.len(), 1);
     }
 }

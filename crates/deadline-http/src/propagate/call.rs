@@ -12,7 +12,7 @@ use tokio::time::error::Elapsed;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use super::attempt::{AttemptRequests, authority_name};
+use super::attempt::{AttemptRequests, LateStamp, authority_name};
 use super::body::{AttemptEnd, CallBody};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
@@ -39,6 +39,9 @@ pub(super) struct Call<S, B> {
     pub(super) max_body: u64,
     /// Whether each attempt's request carries its end (for an evicting client below).
     pub(super) mark_attempts: bool,
+    /// Whether each attempt's request carries its planned budget, for a client below that
+    /// stamps it again once connected ([`LateStamp`]).
+    pub(super) stamp_late: bool,
 }
 
 /// How the last attempt that did not succeed ended.
@@ -79,6 +82,7 @@ where
             retries,
             max_body,
             mark_attempts,
+            stamp_late,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
@@ -134,6 +138,10 @@ where
             if mark_attempts {
                 attempt_request.extensions_mut().insert(until);
             }
+            // For a client that connects first: the budget is written again once it has.
+            if stamp_late {
+                late_stamp(&mut attempt_request, sent_at, attempt.budget, &requests);
+            }
             let outcome = tokio::time::timeout_at(until.at, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
                 let response = ready.call(attempt_request).await.map_err(Into::into)?;
@@ -160,6 +168,21 @@ where
                 Err(failure) => last = Some(failure),
             }
         }
+    }
+}
+
+/// Puts in `request` the budget its attempt was planned with at `planned_at`, for the client
+/// below to stamp again once its connection is ready. An attempt without a budget has no
+/// header to rewrite, and carries nothing.
+pub(super) fn late_stamp<B: Clone>(
+    request: &mut Request<B>,
+    planned_at: Instant,
+    budget: Option<Budget>,
+    requests: &AttemptRequests<B>,
+) {
+    if let Some(budget) = budget {
+        let stamp = LateStamp::new(planned_at, budget, requests.dialect_set().clone());
+        request.extensions_mut().insert(stamp);
     }
 }
 

@@ -43,9 +43,39 @@ use super::evict::{Evicting, H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT};
 /// A connection an attempt timed out on is taken out of the pool (the next call dials a new
 /// one), and an HTTP/2 connection whose peer stops answering keep-alive PINGs is closed; see
 /// [`H2_KEEP_ALIVE_INTERVAL`](super::H2_KEEP_ALIVE_INTERVAL).
+///
+/// With the `tls` feature, `DeadlineClient::https` and `https_h2` call `https://` URLs; their
+/// pool connects before the budget is stamped, so a TLS handshake is not spent from the
+/// callee's budget unseen.
 #[derive(Clone, Debug)]
 pub struct DeadlineClient {
-    service: PropagateDeadline<Evicting>,
+    service: Inner,
+}
+
+/// The layer over one of the two pools: hyper-util's (cleartext, the budget stamped when the
+/// attempt is planned) or the connect-first one of [`DeadlineClient::https`] (the budget
+/// stamped once the connection is ready).
+// The cleartext variant is the larger one and the hot path: boxing it would add an indirection
+// to every call there.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+enum Inner {
+    Pooled(PropagateDeadline<Evicting>),
+    #[cfg(feature = "tls")]
+    ConnectFirst(PropagateDeadline<super::connect_first::ConnectFirst>),
+}
+
+/// `$body` applied to the layer, whichever pool it is over (`$s` names it in `$body`).
+macro_rules! each {
+    ($self:expr, $s:ident => $body:expr) => {
+        DeadlineClient {
+            service: match $self.service {
+                Inner::Pooled($s) => Inner::Pooled($body),
+                #[cfg(feature = "tls")]
+                Inner::ConnectFirst($s) => Inner::ConnectFirst($body),
+            },
+        }
+    };
 }
 
 impl DeadlineClient {
@@ -86,7 +116,55 @@ impl DeadlineClient {
         policy: CallPolicy,
     ) -> DeadlineClient {
         DeadlineClient {
-            service: PropagateDeadline::new(Evicting { client }, policy).mark_attempts(),
+            service: Inner::Pooled(
+                PropagateDeadline::new(Evicting { client }, policy).mark_attempts(),
+            ),
+        }
+    }
+
+    /// A client making calls under `policy` to `https://` URLs, verifying servers against
+    /// `tls`'s roots (see [`tls::client_config_from_pem`](crate::tls::client_config_from_pem)
+    /// and [`client_config_with_system_roots`](crate::tls::client_config_with_system_roots);
+    /// its ALPN protocols are replaced). It offers ALPN `h2` then `http/1.1` and speaks what
+    /// the server chose: HTTP/2 (every call a stream on one connection per host) or HTTP/1.1.
+    /// Feature `tls`.
+    ///
+    /// **The budget is stamped when the request is written**, after the connection is made:
+    /// a TCP connect and a TLS handshake are taken from the budget the callee is told, not
+    /// spent from it unseen. Each attempt carries its planned budget to the pool below, which
+    /// connects (or takes an idle connection) first and then writes the budget headers from
+    /// what is left. A server whose certificate is not trusted fails the attempt with a
+    /// connection error (retried as one). A connection an attempt timed out on is not reused.
+    /// `http://` URLs are dialed in cleartext by the same pool, and stamped the same way.
+    #[cfg(feature = "tls")]
+    pub fn https(policy: CallPolicy, tls: std::sync::Arc<rustls::ClientConfig>) -> DeadlineClient {
+        DeadlineClient::connect_first(policy, tls, false)
+    }
+
+    /// As [`https`](Self::https), but offering ALPN `h2` alone and speaking HTTP/2 only, as gRPC
+    /// clients do (gRPC servers refuse TLS without `h2`); an `http://` URL is then spoken as
+    /// h2c. Feature `tls`.
+    #[cfg(feature = "tls")]
+    pub fn https_h2(
+        policy: CallPolicy,
+        tls: std::sync::Arc<rustls::ClientConfig>,
+    ) -> DeadlineClient {
+        DeadlineClient::connect_first(policy, tls, true)
+    }
+
+    #[cfg(feature = "tls")]
+    fn connect_first(
+        policy: CallPolicy,
+        tls: std::sync::Arc<rustls::ClientConfig>,
+        http2_only: bool,
+    ) -> DeadlineClient {
+        let pool = super::connect_first::ConnectFirst::new(tls, http2_only);
+        DeadlineClient {
+            service: Inner::ConnectFirst(
+                PropagateDeadline::new(pool, policy)
+                    .mark_attempts()
+                    .stamp_late(),
+            ),
         }
     }
 
@@ -94,18 +172,14 @@ impl DeadlineClient {
     /// URI's `host:port`).
     #[must_use = "this returns the client with the target set; the original is unchanged"]
     pub fn target(self, name: impl Into<String>) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.target(name),
-        }
+        each!(self, s => s.target(name))
     }
 
     /// Also tells every callee its budget in these headers (see
     /// [`dialects`](super::dialects)); the default is `Deadline-Budget-Ms` alone.
     #[must_use = "this returns the client with the dialects set; the original is unchanged"]
     pub fn dialects(self, dialects: super::DialectSet) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.dialects(dialects),
-        }
+        each!(self, s => s.dialects(dialects))
     }
 
     /// Records every call's attempts, skips and duration in `metrics`' Prometheus series
@@ -113,39 +187,35 @@ impl DeadlineClient {
     #[cfg(feature = "metrics")]
     #[must_use = "this returns the client with metrics set; the original is unchanged"]
     pub fn record_metrics(self, metrics: &crate::metrics::ServiceMetrics) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.record_metrics(metrics),
-        }
+        each!(self, s => s.record_metrics(metrics))
     }
 
     /// The call policy.
     pub fn policy(&self) -> &CallPolicy {
-        self.service.policy()
+        match &self.service {
+            Inner::Pooled(s) => s.policy(),
+            #[cfg(feature = "tls")]
+            Inner::ConnectFirst(s) => s.policy(),
+        }
     }
 
     /// The backoff before retries (see [`PropagateDeadline::backoff`]).
     #[must_use = "this returns the client with the backoff set; the original is unchanged"]
     pub fn backoff(self, backoff: Backoff) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.backoff(backoff),
-        }
+        each!(self, s => s.backoff(backoff))
     }
 
     /// The retry budget per target, `None` for none (see
     /// [`PropagateDeadline::retry_budget`]); every clone of the client shares it.
     #[must_use = "this returns the client with the budget set; the original is unchanged"]
     pub fn retry_budget(self, budget: Option<RetryBudgetConfig>) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.retry_budget(budget),
-        }
+        each!(self, s => s.retry_budget(budget))
     }
 
     /// Hedges idempotent calls after `delay` (see [`PropagateDeadline::hedge`]).
     #[must_use = "this returns the client with hedging set; the original is unchanged"]
     pub fn hedge(self, delay: Option<HedgeDelay>) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.hedge(delay),
-        }
+        each!(self, s => s.hedge(delay))
     }
 
     /// A final 504 / DEADLINE_EXCEEDED answer becomes [`CallError::DeadlineExceeded`], so a
@@ -153,17 +223,13 @@ impl DeadlineClient {
     /// default `false`: every response is `Ok`).
     #[must_use = "this returns the client with the option set; the original is unchanged"]
     pub fn deadline_answer_as_error(self, on: bool) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.deadline_answer_as_error(on),
-        }
+        each!(self, s => s.deadline_answer_as_error(on))
     }
 
     /// When a callee's 504 is retried (see [`PropagateDeadline::callee_504`]).
     #[must_use = "this returns the client with the rule set; the original is unchanged"]
     pub fn callee_504(self, rule: Callee504) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.callee_504(rule),
-        }
+        each!(self, s => s.callee_504(rule))
     }
 
     /// The largest response body a call reads, in bytes (default
@@ -173,9 +239,7 @@ impl DeadlineClient {
     /// the stream (HTTP/2) is dropped. `u64::MAX` is no limit. See [`body`](super::body).
     #[must_use = "this returns the client with the limit set; the original is unchanged"]
     pub fn max_body(self, limit: u64) -> DeadlineClient {
-        DeadlineClient {
-            service: self.service.max_body(limit),
-        }
+        each!(self, s => s.max_body(limit))
     }
 
     /// `GET uri` with an empty body. A `uri` that does not parse is
@@ -199,6 +263,10 @@ impl DeadlineClient {
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<CallBody<Incoming>>, CallError> {
-        self.service.start(request).await
+        match &self.service {
+            Inner::Pooled(s) => s.start(request).await,
+            #[cfg(feature = "tls")]
+            Inner::ConnectFirst(s) => s.start(request).await,
+        }
     }
 }

@@ -38,7 +38,7 @@ use tower_service::Service;
 use super::UNNAMED_TARGET;
 use super::attempt::AttemptRequests;
 use super::body::{AttemptEnd, CallBody};
-use super::call::{Call, Failure, report_body, start_record, stopped, target_name};
+use super::call::{Call, Failure, late_stamp, report_body, start_record, stopped, target_name};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
 use crate::error::{BoxError, CallError};
@@ -164,6 +164,7 @@ where
             retries,
             max_body,
             mark_attempts,
+            stamp_late,
         } = self;
         let (target, record) = start_record(target, context, &request);
         let name = || {
@@ -211,9 +212,12 @@ where
                         return result;
                     }
                 };
-                let Some(request) = requests.next(plan.sent(), attempt.budget) else {
+                let Some(mut request) = requests.next(plan.sent(), attempt.budget) else {
                     continue;
                 };
+                if stamp_late {
+                    late_stamp(&mut request, at, attempt.budget, &requests);
+                }
                 drop(last.take());
                 metrics.attempt(plan.sent());
                 first_sent.get_or_insert(at);
@@ -253,9 +257,13 @@ where
                     };
                     match retries.plan_hedge(&requests, &mut plan, deadline, at, budget) {
                         PacedDecision::Send(Delayed { attempt, .. }) => {
-                            let Some(request) = requests.next(plan.sent(), attempt.budget) else {
+                            let Some(mut request) = requests.next(plan.sent(), attempt.budget)
+                            else {
                                 continue;
                             };
+                            if stamp_late {
+                                late_stamp(&mut request, at, attempt.budget, &requests);
+                            }
                             metrics.hedge();
                             let until = AttemptEnd::of(at, &attempt, &policy);
                             flights.push(Box::pin(flight(

@@ -130,6 +130,7 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             deadline_answers: self.deadline_answers,
             max_body: self.max_body,
             mark_attempts: false,
+            stamp_late: false,
         }
     }
 }

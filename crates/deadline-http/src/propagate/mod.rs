@@ -47,7 +47,9 @@
 //! ```
 //!
 //! For plain HTTP calls, [`DeadlineClient`] is this layer over hyper-util's pooled client, with
-//! `TCP_NODELAY` set.
+//! `TCP_NODELAY` set. For `https://` calls (feature `tls`), `DeadlineClient::https` puts it over
+//! a pool that connects first and stamps the budget once the connection is ready, so a TLS
+//! handshake is taken off the budget the callee is told.
 //!
 //! # Where the deadline comes from
 //!
@@ -192,6 +194,8 @@ mod attempt;
 pub mod body;
 mod call;
 mod client;
+#[cfg(feature = "tls")]
+mod connect_first;
 pub mod dialects;
 mod evict;
 pub mod future;
@@ -255,6 +259,9 @@ pub struct PropagateDeadline<S> {
     /// connection). Off for any other inner service: an extension costs an attempt three
     /// allocations.
     mark_attempts: bool,
+    /// Each attempt's request carries its planned budget, for an inner client that connects
+    /// before it writes and stamps the budget then (`DeadlineClient::https`). Off otherwise.
+    stamp_late: bool,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -287,12 +294,20 @@ impl<S> PropagateDeadline<S> {
             deadline_answers: false,
             max_body: DEFAULT_MAX_BODY,
             mark_attempts: false,
+            stamp_late: false,
         }
     }
 
     /// Puts each attempt's [`AttemptEnd`] in its request's extensions (see the field).
     pub(super) fn mark_attempts(mut self) -> PropagateDeadline<S> {
         self.mark_attempts = true;
+        self
+    }
+
+    /// Puts each attempt's planned budget in its request's extensions (see the field).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(super) fn stamp_late(mut self) -> PropagateDeadline<S> {
+        self.stamp_late = true;
         self
     }
 
@@ -482,6 +497,7 @@ impl<S> PropagateDeadline<S> {
             retries: Arc::clone(&self.retries),
             max_body: self.max_body,
             mark_attempts: self.mark_attempts,
+            stamp_late: self.stamp_late,
         };
         match answer_target {
             None => ResponseFuture::new(call.run()),

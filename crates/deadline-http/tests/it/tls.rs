@@ -1,7 +1,9 @@
 //! `serve_tls` on real loopback sockets: ALPN picks the protocol, the handshake has its own
 //! timeout, plaintext sent to the TLS port is closed without harming the server, the connection
 //! limit and idle timeout hold for TLS connections, and the enforce layer's budget works over
-//! TLS.
+//! TLS. Outbound: `DeadlineClient::https` verifies against a private CA and refuses a
+//! certificate it does not trust, speaks what ALPN chose, stamps the budget after the
+//! handshake, and does not reuse a connection an attempt timed out on.
 //!
 //! Certificates are made at run time with rcgen (a CA and a leaf for `localhost` and
 //! `127.0.0.1`) and written to a fresh temporary directory, so the PEM loader is the one under
@@ -16,9 +18,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use deadline::BUDGET_HEADER;
-use deadline_http::EnforceDeadlineLayer;
+use deadline::{CallPolicy, Deadline};
+use deadline_http::propagate::{Backoff, HedgeDelay};
 use deadline_http::serve::{ServeOptions, serve_tls};
-use deadline_http::tls::{ALPN_H2, ALPN_HTTP1, TlsConfigError, server_config_from_pem};
+use deadline_http::tls::{
+    ALPN_H2, ALPN_HTTP1, TlsConfigError, client_config_from_pem, server_config_from_pem,
+};
+use deadline_http::{CallError, DeadlineClient, EnforceDeadlineLayer, with_deadline};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -66,6 +72,7 @@ impl Pki {
         let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
         std::fs::write(dir.join("cert.pem"), leaf.pem()).unwrap();
         std::fs::write(dir.join("key.pem"), leaf_key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
         Pki {
             dir,
             ca: ca_cert.der().clone(),
@@ -78,6 +85,10 @@ impl Pki {
 
     fn key(&self) -> PathBuf {
         self.dir.join("key.pem")
+    }
+
+    fn ca_pem(&self) -> PathBuf {
+        self.dir.join("ca.pem")
     }
 
     /// A client trusting the CA, offering `alpn`.
@@ -415,4 +426,296 @@ async fn bad_pem_files_are_errors_not_panics() {
     let error = server_config_from_pem(pki.cert(), &other).unwrap_err();
     assert!(matches!(error, TlsConfigError::Rejected(_)), "{error}");
     assert!(server_config_from_pem(pki.cert(), pki.key()).is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outbound: `DeadlineClient::https`.
+
+/// A TLS server (`serve_tls`, offering `alpn`) answering `<version> <budget>`: the HTTP version
+/// it saw and the `Deadline-Budget-Ms` it was sent (`-` for none), after `x-work-ms` ms.
+async fn echo_server(pki: &Pki, alpn: &[&[u8]]) -> Server {
+    let handler = service_fn(|request: Request<Incoming>| async move {
+        let work = request
+            .headers()
+            .get("x-work-ms")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(work)).await;
+        let budget = request
+            .headers()
+            .get(BUDGET_HEADER)
+            .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned());
+        let body = format!("{:?} {budget}", request.version());
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+    });
+    let mut config = (*server_config_from_pem(pki.cert(), pki.key()).unwrap()).clone();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async {
+        let _ = stopped.await;
+    };
+    let task = tokio::spawn(serve_tls(
+        listener,
+        Arc::new(config),
+        handler,
+        shutdown,
+        ServeOptions::default(),
+    ));
+    Server {
+        addr,
+        stop: Some(stop),
+        task,
+    }
+}
+
+/// A TCP proxy to `to` that waits `delay` after accepting each connection before it passes
+/// any byte (so a TLS handshake through it takes at least `delay`), counting connections.
+async fn slow_proxy(to: SocketAddr, delay: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let mut outbound = TcpStream::connect(to).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+fn policy(timeout_ms: u64, attempts: u32) -> CallPolicy {
+    CallPolicy::new(Duration::from_millis(timeout_ms), attempts).unwrap()
+}
+
+/// The body of a call's answer.
+async fn text(
+    response: Result<
+        Response<deadline_http::propagate::CallBody<Incoming>>,
+        deadline_http::CallError,
+    >,
+) -> String {
+    let response = response.expect("an answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn outbound_https_with_a_private_ca_reaches_serve_tls() {
+    let pki = Pki::new();
+    let server = echo_server(&pki, &[ALPN_H2, ALPN_HTTP1]).await;
+    let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let client = DeadlineClient::https(policy(2_000, 1), tls);
+    let url = format!("https://localhost:{}/items", server.addr.port());
+    // Outside a deadline: no budget header, the call goes through.
+    assert_eq!(text(client.get(url.as_str()).await).await, "HTTP/2.0 -");
+    // Inside one: the callee is told a budget, less the margin.
+    let deadline = Deadline::after_duration(Instant::now().into_std(), Duration::from_secs(2));
+    let body = text(with_deadline(deadline, client.get(url.as_str())).await).await;
+    let budget: u64 = body.strip_prefix("HTTP/2.0 ").unwrap().parse().unwrap();
+    assert!((1_000..=1_950).contains(&budget), "{body}");
+    // The IP address of the certificate is verified too.
+    let by_ip = format!("https://127.0.0.1:{}/", server.addr.port());
+    assert_eq!(text(client.get(by_ip.as_str()).await).await, "HTTP/2.0 -");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_is_refused_as_a_connection_error() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let server = echo_server(&pki, &[ALPN_H2, ALPN_HTTP1]).await;
+    // Trusting another CA: the handshake fails, every attempt as a connection error.
+    let tls = client_config_from_pem(other.ca_pem()).unwrap();
+    let client = DeadlineClient::https(policy(2_000, 2), tls).backoff(Backoff::NONE);
+    let url = format!("https://localhost:{}/", server.addr.port());
+    let error = client.get(url.as_str()).await.expect_err("refused");
+    let CallError::Inner { attempts_sent, .. } = &error else {
+        panic!("not a connection error: {error:?}");
+    };
+    assert_eq!(*attempts_sent, 2, "retried as a connection error");
+    let chain = format!("{:?}", std::error::Error::source(&error).unwrap());
+    assert!(chain.contains("TLS handshake failed"), "{chain}");
+    assert!(chain.contains("InvalidCertificate"), "{chain}");
+    // And a CA file that is not one is an error, not a panic.
+    let missing = client_config_from_pem(pki.dir.join("missing.pem")).unwrap_err();
+    assert!(
+        matches!(missing, TlsConfigError::ReadCa { .. }),
+        "{missing}"
+    );
+    std::fs::write(pki.dir.join("empty.pem"), "not a certificate\n").unwrap();
+    let empty = client_config_from_pem(pki.dir.join("empty.pem")).unwrap_err();
+    assert!(matches!(empty, TlsConfigError::NoCa { .. }), "{empty}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_client_speaks_what_alpn_chose() {
+    let pki = Pki::new();
+    let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let both = echo_server(&pki, &[ALPN_H2, ALPN_HTTP1]).await;
+    let http1 = echo_server(&pki, &[ALPN_HTTP1]).await;
+    let h2 = echo_server(&pki, &[ALPN_H2]).await;
+    let url = |server: &Server| format!("https://localhost:{}/", server.addr.port());
+
+    // `h2, http/1.1` offered: HTTP/2 when the server chooses it, HTTP/1.1 otherwise.
+    let client = DeadlineClient::https(policy(2_000, 1), Arc::clone(&tls));
+    assert_eq!(text(client.get(url(&both)).await).await, "HTTP/2.0 -");
+    assert_eq!(text(client.get(url(&http1)).await).await, "HTTP/1.1 -");
+    // Twice over HTTP/1.1: the pooled connection is reused once its answer is read.
+    assert_eq!(text(client.get(url(&http1)).await).await, "HTTP/1.1 -");
+    // For gRPC, `h2` alone: HTTP/2, and a server without h2 refuses the handshake.
+    let grpc = DeadlineClient::https_h2(policy(2_000, 1), tls);
+    assert_eq!(text(grpc.get(url(&h2)).await).await, "HTTP/2.0 -");
+    assert_eq!(text(grpc.get(url(&both)).await).await, "HTTP/2.0 -");
+    assert!(matches!(
+        grpc.get(url(&http1)).await,
+        Err(CallError::Inner { .. })
+    ));
+    for server in [both, http1, h2] {
+        server.stop().await;
+    }
+}
+
+/// The budget is stamped when the request is written, after the handshake: a handshake made
+/// 300 ms slow by a proxy is taken from the budget the callee is told.
+#[tokio::test]
+async fn the_budget_is_stamped_after_the_handshake() {
+    let pki = Pki::new();
+    let server = echo_server(&pki, &[ALPN_H2, ALPN_HTTP1]).await;
+    let delay = Duration::from_millis(300);
+    let (proxy, _) = slow_proxy(server.addr, delay).await;
+    let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let hedged = DeadlineClient::https(policy(5_000, 2), Arc::clone(&tls))
+        .hedge(Some(HedgeDelay::Fixed(Duration::from_secs(4))));
+    for client in [
+        DeadlineClient::https(policy(5_000, 1), Arc::clone(&tls)),
+        DeadlineClient::https_h2(policy(5_000, 1), Arc::clone(&tls)),
+        // The hedging loop sends its attempts its own way: stamped late too.
+        hedged,
+    ] {
+        let url = format!("https://localhost:{}/", proxy.port());
+        let start = Instant::now();
+        let budget_at_start = Duration::from_millis(3_000);
+        let deadline = Deadline::after_duration(start.into_std(), budget_at_start);
+        let body = text(with_deadline(deadline, client.get(url.as_str())).await).await;
+        assert!(
+            Instant::now().saturating_duration_since(start) >= delay,
+            "the proxy delayed the handshake"
+        );
+        let told: u64 = body.split(' ').nth(1).unwrap().parse().unwrap();
+        // Stamped before connecting it would be 3000 less the 50 ms margin: 2950.
+        assert!(
+            told <= 3_000 - 250,
+            "the callee was told {told} ms: the {delay:?} handshake was not taken off"
+        );
+        assert!(told >= 2_000, "told {told} ms");
+    }
+    server.stop().await;
+}
+
+/// An idle HTTP/1.1 connection the server closed is not used for the next call: it goes out on
+/// a new connection, with one attempt.
+#[tokio::test]
+async fn a_connection_the_server_closed_while_idle_is_not_a_failed_call() {
+    let pki = Pki::new();
+    let handler = service_fn(|_request: Request<Incoming>| async move {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("ok"))))
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut config = (*server_config_from_pem(pki.cert(), pki.key()).unwrap()).clone();
+    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    let options = ServeOptions::default().idle_timeout(Duration::from_millis(100));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async {
+        let _ = stopped.await;
+    };
+    let task = tokio::spawn(serve_tls(
+        listener,
+        Arc::new(config),
+        handler,
+        shutdown,
+        options,
+    ));
+    let server = Server {
+        addr,
+        stop: Some(stop),
+        task,
+    };
+    let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let client = DeadlineClient::https(policy(2_000, 1), tls);
+    let url = format!("https://localhost:{}/", server.addr.port());
+    for _ in 0..3 {
+        assert_eq!(text(client.get(url.as_str()).await).await, "ok");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    server.stop().await;
+}
+
+/// Calls started together on a new HTTP/2 client make one connection, not one each.
+#[tokio::test]
+async fn concurrent_first_calls_over_http2_share_one_dial() {
+    let pki = Pki::new();
+    let server = echo_server(&pki, &[ALPN_H2, ALPN_HTTP1]).await;
+    // The handshake held 100 ms, so the calls all find no connection.
+    let (proxy, connections) = slow_proxy(server.addr, Duration::from_millis(100)).await;
+    let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let client = DeadlineClient::https_h2(policy(3_000, 1), tls);
+    let url = format!("https://localhost:{}/", proxy.port());
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let client = client.clone();
+            let url = url.clone();
+            tokio::spawn(async move { text(client.get(url.as_str()).await).await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap(), "HTTP/2.0 -");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "one dial shared");
+    server.stop().await;
+}
+
+/// A connection an attempt timed out on is not reused: the next call dials a new one (over
+/// HTTP/2, where it would otherwise carry every call).
+#[tokio::test]
+async fn a_connection_an_attempt_timed_out_on_is_not_reused() {
+    let pki = Pki::new();
+    let server = echo_server(&pki, &[ALPN_H2, ALPN_HTTP1]).await;
+    let (proxy, connections) = slow_proxy(server.addr, Duration::ZERO).await;
+    let tls = client_config_from_pem(pki.ca_pem()).unwrap();
+    let client = DeadlineClient::https_h2(policy(300, 1), tls);
+    let url = format!("https://localhost:{}/", proxy.port());
+    assert_eq!(text(client.get(url.as_str()).await).await, "HTTP/2.0 -");
+    assert_eq!(text(client.get(url.as_str()).await).await, "HTTP/2.0 -");
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        1,
+        "one connection, reused"
+    );
+    let slow = Request::builder()
+        .uri(url.as_str())
+        .header("x-work-ms", "2000")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let timed_out = client.send(slow).await.expect_err("timed out");
+    assert!(
+        matches!(timed_out, CallError::TimedOut { .. }),
+        "{timed_out:?}"
+    );
+    assert_eq!(text(client.get(url.as_str()).await).await, "HTTP/2.0 -");
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        2,
+        "a new connection after the timeout"
+    );
+    server.stop().await;
 }
