@@ -301,56 +301,12 @@ async fn compare(args: DemoArgs, peer: Peer) -> anyhow::Result<ExitCode> {
     }
     let dir = TempDir::new("demo-peer")?;
     let node = Node::prepare(dir.path(), &args.node_modules)?;
-    let mut ours = args.clone();
-    ours.protocol = Protocol::Grpc;
-    let budget = user_budget(args.user_wait, args.margin);
     if !args.json {
-        println!(
-            "deadline demo --peer grpc-js: the demo's slow request, over gRPC, through a chain \
-             written with @grpc/grpc-js and through deadline services."
-        );
-        println!(
-            "The user waits {:.1} s and sends grpc-timeout {budget}m. Inventory takes {:.1} s. \
-             {} runs of each chain.",
-            args.user_wait as f64 / 1_000.0,
-            args.inventory_work as f64 / 1_000.0,
-            args.runs
-        );
+        print_peer_intro(&args);
     }
-    let mut chains: Vec<ChainRuns> = Way::ALL
-        .iter()
-        .map(|way| ChainRuns {
-            chain: way.label(),
-            runs: Vec::new(),
-        })
-        .chain([
-            ChainRuns {
-                chain: "deadline, without deadlines (timeouts only)",
-                runs: Vec::new(),
-            },
-            ChainRuns {
-                chain: "deadline, with deadlines",
-                runs: Vec::new(),
-            },
-        ])
-        .collect();
+    let mut chains = empty_chains();
     for round in 1..=args.runs {
-        for (slot, way) in Way::ALL.iter().enumerate() {
-            let run = tokio::select! {
-                run = peer_once(&args, &placement, &node, *way) => run?,
-                _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
-            };
-            chains[slot].runs.push(run);
-        }
-        for deadlines in [false, true] {
-            let run = tokio::select! {
-                run = run_once(&ours, &placement, deadlines) => run?,
-                _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
-            };
-            chains[Way::ALL.len() + usize::from(deadlines)]
-                .runs
-                .push(run);
-        }
+        play_round(&args, &placement, &node, &mut chains).await?;
         eprintln!("round {round} of {} done", args.runs);
     }
     if let Some(path) = &args.svg {
@@ -362,6 +318,72 @@ async fn compare(args: DemoArgs, peer: Peer) -> anyhow::Result<ExitCode> {
         let picture = svg::demo_timeline(&timeline, args.user_wait as f64);
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
+    print_peer_report(&args, &chains)?;
+    Ok(peer_verdict(&args, &chains[Way::ALL.len() + 1]))
+}
+
+/// What `--peer` is about to play.
+fn print_peer_intro(args: &DemoArgs) {
+    let budget = user_budget(args.user_wait, args.margin);
+    println!(
+        "deadline demo --peer grpc-js: the demo's slow request, over gRPC, through a chain \
+         written with @grpc/grpc-js and through deadline services."
+    );
+    println!(
+        "The user waits {:.1} s and sends grpc-timeout {budget}m. Inventory takes {:.1} s. \
+         {} runs of each chain.",
+        args.user_wait as f64 / 1_000.0,
+        args.inventory_work as f64 / 1_000.0,
+        args.runs
+    );
+}
+
+/// One list of runs per chain: each grpc-js way, then deadline without and with deadlines.
+fn empty_chains() -> Vec<ChainRuns> {
+    Way::ALL
+        .iter()
+        .map(|way| way.label())
+        .chain([
+            "deadline, without deadlines (timeouts only)",
+            "deadline, with deadlines",
+        ])
+        .map(|chain| ChainRuns {
+            chain,
+            runs: Vec::new(),
+        })
+        .collect()
+}
+
+/// One run of every chain, added to `chains` (as [`empty_chains`] orders them).
+async fn play_round(
+    args: &DemoArgs,
+    placement: &Placement,
+    node: &Node,
+    chains: &mut [ChainRuns],
+) -> anyhow::Result<()> {
+    let mut ours = args.clone();
+    ours.protocol = Protocol::Grpc;
+    for (slot, way) in Way::ALL.iter().enumerate() {
+        let run = tokio::select! {
+            run = peer_once(args, placement, node, *way) => run?,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
+        };
+        chains[slot].runs.push(run);
+    }
+    for deadlines in [false, true] {
+        let run = tokio::select! {
+            run = run_once(&ours, placement, deadlines) => run?,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the services were stopped"),
+        };
+        chains[Way::ALL.len() + usize::from(deadlines)]
+            .runs
+            .push(run);
+    }
+    Ok(())
+}
+
+/// The table, or the JSON with `--json`.
+fn print_peer_report(args: &DemoArgs, chains: &[ChainRuns]) -> anyhow::Result<()> {
     if args.json {
         #[derive(Serialize)]
         struct PeerReport<'a> {
@@ -372,12 +394,12 @@ async fn compare(args: DemoArgs, peer: Peer) -> anyhow::Result<ExitCode> {
             "{}",
             serde_json::to_string_pretty(&PeerReport {
                 peer: "grpc-js",
-                chains: &chains
+                chains
             })?
         );
     } else {
         println!();
-        print!("{}", peer::table(&chains));
+        print!("{}", peer::table(chains));
         if let Some(path) = &args.svg {
             println!(
                 "Timeline of each chain's first run written to {}.",
@@ -385,29 +407,35 @@ async fn compare(args: DemoArgs, peer: Peer) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let with = &chains[Way::ALL.len() + 1];
+    Ok(())
+}
+
+/// With `--peer-check`: fails when any run with deadlines made a call or worked after the user
+/// left.
+fn peer_verdict(args: &DemoArgs, with: &ChainRuns) -> ExitCode {
+    if !args.peer_check {
+        return ExitCode::SUCCESS;
+    }
     let late: Vec<&DemoRun> = with
         .runs
         .iter()
         .filter(|r| r.calls_after_user_left > 0 || r.waste_ms() > 0.0)
         .collect();
-    if args.peer_check && !late.is_empty() {
-        for run in &late {
-            eprintln!(
-                "CHECK FAILED: with deadlines, {} calls and {:.0} ms of work after the user left",
-                run.calls_after_user_left,
-                run.waste_ms()
-            );
-        }
-        return Ok(ExitCode::FAILURE);
-    }
-    if args.peer_check {
+    for run in &late {
         eprintln!(
-            "check passed: {} runs with deadlines, no call and no work after the user left",
-            with.runs.len()
+            "CHECK FAILED: with deadlines, {} calls and {:.0} ms of work after the user left",
+            run.calls_after_user_left,
+            run.waste_ms()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    if !late.is_empty() {
+        return ExitCode::FAILURE;
+    }
+    eprintln!(
+        "check passed: {} runs with deadlines, no call and no work after the user left",
+        with.runs.len()
+    );
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]
