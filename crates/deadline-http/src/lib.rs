@@ -74,6 +74,8 @@ pub mod log_limit;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod metrics_hook;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod phase;
 pub mod propagate;
 pub mod serve;

@@ -108,6 +108,16 @@ impl DeadlineClient {
         }
     }
 
+    /// Where the attempts' OpenTelemetry `CLIENT` spans go (feature `otel`; see
+    /// [`PropagateDeadline::tracing`](super::PropagateDeadline::tracing)).
+    #[cfg(feature = "otel")]
+    #[must_use = "this returns the client with tracing set; the original is unchanged"]
+    pub fn tracing(self, tracing: crate::otel::Tracing) -> DeadlineClient {
+        DeadlineClient {
+            service: self.service.tracing(tracing),
+        }
+    }
+
     /// Records every call's attempts, skips and duration in `metrics`' Prometheus series
     /// (feature `metrics`; see [`crate::metrics`]).
     #[cfg(feature = "metrics")]

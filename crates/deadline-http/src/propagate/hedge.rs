@@ -113,6 +113,7 @@ async fn flight<S, B, RB>(
     until: AttemptEnd,
     max_body: u64,
     mark: bool,
+    #[cfg(feature = "otel")] span: (crate::otel::AttemptSpan, Option<deadline::Deadline>),
 ) -> Outcome<CallBody<RB>>
 where
     S: Service<Request<B>, Response = Response<RB>>,
@@ -122,12 +123,16 @@ where
     if mark {
         request.extensions_mut().insert(until);
     }
-    tokio::time::timeout_at(until.at, async move {
+    let outcome = tokio::time::timeout_at(until.at, async move {
         let ready = inner.ready().await.map_err(Into::into)?;
         let response = ready.call(request).await.map_err(Into::into)?;
         Ok(until.bound(response, max_body))
     })
-    .await
+    .await;
+    // A flight dropped before this (a hedge that lost) ends its span as `cancelled`.
+    #[cfg(feature = "otel")]
+    super::call::end_span(span.0, &outcome, span.1, Instant::now());
+    outcome
 }
 
 /// What woke the loop.
@@ -164,6 +169,8 @@ where
             retries,
             max_body,
             mark_attempts,
+            #[cfg(feature = "otel")]
+            spans,
         } = self;
         let (target, record) = start_record(target, context, &request);
         let name = || {
@@ -211,9 +218,15 @@ where
                         return result;
                     }
                 };
-                let Some(request) = requests.next(plan.sent(), attempt.budget) else {
+                #[allow(unused_mut)]
+                let Some(mut request) = requests.next(plan.sent(), attempt.budget) else {
                     continue;
                 };
+                #[cfg(feature = "otel")]
+                let span = (
+                    super::call::start_span(&spans, &mut request, plan.sent(), attempt.budget),
+                    deadline,
+                );
                 drop(last.take());
                 metrics.attempt(plan.sent());
                 first_sent.get_or_insert(at);
@@ -223,6 +236,8 @@ where
                     AttemptEnd::of(at, &attempt, &policy),
                     max_body,
                     mark_attempts,
+                    #[cfg(feature = "otel")]
+                    span,
                 )));
                 hedged.out.push(Flight::new(at, &attempt, &policy));
                 hedge_timer = next_hedge(&retries, delay, at);
@@ -253,9 +268,21 @@ where
                     };
                     match retries.plan_hedge(&requests, &mut plan, deadline, at, budget) {
                         PacedDecision::Send(Delayed { attempt, .. }) => {
-                            let Some(request) = requests.next(plan.sent(), attempt.budget) else {
+                            #[allow(unused_mut)]
+                            let Some(mut request) = requests.next(plan.sent(), attempt.budget)
+                            else {
                                 continue;
                             };
+                            #[cfg(feature = "otel")]
+                            let span = (
+                                super::call::start_span(
+                                    &spans,
+                                    &mut request,
+                                    plan.sent(),
+                                    attempt.budget,
+                                ),
+                                deadline,
+                            );
                             metrics.hedge();
                             let until = AttemptEnd::of(at, &attempt, &policy);
                             flights.push(Box::pin(flight(
@@ -264,6 +291,8 @@ where
                                 until,
                                 max_body,
                                 mark_attempts,
+                                #[cfg(feature = "otel")]
+                                span,
                             )));
                             hedged.out.push(Flight::new(at, &attempt, &policy));
                             hedge_timer = next_hedge(&retries, delay, at);

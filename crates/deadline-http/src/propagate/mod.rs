@@ -255,6 +255,9 @@ pub struct PropagateDeadline<S> {
     /// connection). Off for any other inner service: an extension costs an attempt three
     /// allocations.
     mark_attempts: bool,
+    /// Where the attempts' OpenTelemetry client spans go.
+    #[cfg(feature = "otel")]
+    tracing: crate::otel::Tracing,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -287,7 +290,18 @@ impl<S> PropagateDeadline<S> {
             deadline_answers: false,
             max_body: DEFAULT_MAX_BODY,
             mark_attempts: false,
+            #[cfg(feature = "otel")]
+            tracing: crate::otel::Tracing::global(),
         }
+    }
+
+    /// Where the attempts' OpenTelemetry `CLIENT` spans go (feature `otel`; default: the
+    /// global tracer provider, looked up per attempt). See [`crate::otel`].
+    #[cfg(feature = "otel")]
+    #[must_use = "this returns the service with tracing set; the original is unchanged"]
+    pub fn tracing(mut self, tracing: crate::otel::Tracing) -> PropagateDeadline<S> {
+        self.tracing = tracing;
+        self
     }
 
     /// Puts each attempt's [`AttemptEnd`] in its request's extensions (see the field).
@@ -469,7 +483,14 @@ impl<S> PropagateDeadline<S> {
             Some(target) => Arc::clone(&target.name),
             None => Arc::from(attempt::authority_name(&request)),
         });
+        #[cfg(feature = "otel")]
+        let spans = crate::otel::CallSpans::new(
+            &self.tracing,
+            context.as_ref().and_then(DeadlineContext::span_context),
+        );
         let call = Call {
+            #[cfg(feature = "otel")]
+            spans,
             inner: self.inner.clone(),
             policy: self.policy,
             request,
