@@ -402,6 +402,12 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .map(|endpoint| crate::otlp::install(endpoint, &args.name, &mut registry))
         .transpose()?;
     let registry = Arc::new(registry);
+    // Without --otlp the service does not trace at all: no spans, no `traceparent` read or
+    // written (the global no-op provider would still cost every request a lookup and a span).
+    let tracing = match otlp {
+        Some(_) => deadline_http::otel::Tracing::global(),
+        None => deadline_http::otel::Tracing::off(),
+    };
     let database = crate::pg::Database::connect(
         &args.postgres,
         &args.name,
@@ -436,6 +442,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             Some((
                 base,
                 DeadlineClient::from_client(pool, policy)
+                    .tracing(tracing.clone())
                     .max_body(args.max_body)
                     .target(target)
                     .dialects(args.dialects.send.clone().unwrap_or_default())
@@ -466,6 +473,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let stream_name: Arc<str> = Arc::from(args.name.as_str());
 
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
+        .tracing(tracing)
         .reserve(Duration::from_millis(args.reserve))
         .max_budget(Budget::from_millis(args.max_budget).unwrap_or(Budget::DEFAULT_MAX))
         .enforce(!args.no_enforce)

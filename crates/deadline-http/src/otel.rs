@@ -86,18 +86,28 @@ pub const RESEND_COUNT: &str = "http.request.resend_count";
 /// The instrumentation scope of the layers' spans.
 pub const SCOPE: &str = "deadline-http";
 
-/// Where the layers' spans are started: the global tracer provider (the default) or a tracer
-/// made once from a provider given to the layer. Cloning is one reference count.
+/// Where the layers' spans are started: the global tracer provider (the default), a tracer
+/// made once from a provider given to the layer, or nowhere ([`off`](Tracing::off)). Cloning
+/// is one reference count at most.
 #[derive(Clone, Default)]
 pub struct Tracing {
-    tracer: Option<Arc<BoxedTracer>>,
+    source: Source,
+}
+
+#[derive(Clone, Default)]
+enum Source {
+    Off,
+    #[default]
+    Global,
+    Given(Arc<BoxedTracer>),
 }
 
 impl fmt::Debug for Tracing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.tracer {
-            None => "Tracing::Global",
-            Some(_) => "Tracing::Provider",
+        f.write_str(match self.source {
+            Source::Off => "Tracing::Off",
+            Source::Global => "Tracing::Global",
+            Source::Given(_) => "Tracing::Provider",
         })
     }
 }
@@ -106,7 +116,9 @@ impl Tracing {
     /// Spans go to the global tracer provider, looked up for every span (so one installed after
     /// the layer was built is used).
     pub fn global() -> Tracing {
-        Tracing { tracer: None }
+        Tracing {
+            source: Source::Global,
+        }
     }
 
     /// Spans go to a tracer made once from `provider`, with scope [`SCOPE`].
@@ -116,18 +128,37 @@ impl Tracing {
         P::Tracer: Send + Sync + 'static,
         <P::Tracer as opentelemetry::trace::Tracer>::Span: Send + Sync + 'static,
     {
+        let tracer = BoxedTracer::new(Box::new(provider.tracer(SCOPE)));
         Tracing {
-            tracer: Some(Arc::new(BoxedTracer::new(Box::new(provider.tracer(SCOPE))))),
+            source: Source::Given(Arc::new(tracer)),
         }
     }
 
-    fn start(&self, builder: SpanBuilder, parent: &Context) -> BoxedSpan {
-        match &self.tracer {
-            Some(tracer) => tracer.build_with_context(builder, parent),
-            None => global::tracer(SCOPE).build_with_context(builder, parent),
+    /// No spans at all, and no `traceparent` read or written: for a build that has the feature
+    /// but a process that does not trace (a command run without an exporter). Costs a branch per
+    /// request and per attempt, where the global no-op provider costs a lookup and a boxed span.
+    pub fn off() -> Tracing {
+        Tracing {
+            source: Source::Off,
+        }
+    }
+
+    /// Whether this is [`off`](Tracing::off).
+    pub fn is_off(&self) -> bool {
+        matches!(self.source, Source::Off)
+    }
+
+    fn start(&self, builder: SpanBuilder, parent: &Context) -> Option<BoxedSpan> {
+        match &self.source {
+            Source::Off => None,
+            Source::Global => Some(global::tracer(SCOPE).build_with_context(builder, parent)),
+            Source::Given(tracer) => Some(tracer.build_with_context(builder, parent)),
         }
     }
 }
+
+/// The context of no span, for a request that has none.
+static NO_SPAN: SpanContext = SpanContext::NONE;
 
 /// The span context a request's `traceparent` names, when it is one this library understands:
 /// version `00` exactly (55 characters) or a later version whose first 55 characters follow the
@@ -212,24 +243,24 @@ fn inject(span: &SpanContext, headers: &mut HeaderMap) {
 
 /// The span name for `method`, without an allocation for the standard methods.
 fn method_name(method: &Method) -> Cow<'static, str> {
-    let known = [
-        Method::GET,
-        Method::POST,
-        Method::PUT,
-        Method::DELETE,
-        Method::HEAD,
-        Method::OPTIONS,
-        Method::PATCH,
-        Method::CONNECT,
-        Method::TRACE,
-    ];
-    const NAMES: [&str; 9] = [
-        "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "CONNECT", "TRACE",
-    ];
-    match known.iter().position(|m| m == method) {
-        Some(i) => Cow::Borrowed(NAMES[i]),
-        None => Cow::Owned(method.as_str().to_owned()),
-    }
+    let name = if *method == Method::GET {
+        "GET"
+    } else if *method == Method::POST {
+        "POST"
+    } else if *method == Method::PUT {
+        "PUT"
+    } else if *method == Method::DELETE {
+        "DELETE"
+    } else if *method == Method::HEAD {
+        "HEAD"
+    } else if *method == Method::PATCH {
+        "PATCH"
+    } else if *method == Method::OPTIONS {
+        "OPTIONS"
+    } else {
+        return Cow::Owned(method.as_str().to_owned());
+    };
+    Cow::Borrowed(name)
 }
 
 fn millis(d: Duration) -> i64 {
@@ -238,13 +269,14 @@ fn millis(d: Duration) -> i64 {
 
 /// One request's `SERVER` span, from arrival to its hold report.
 pub(crate) struct ServerSpan {
-    span: BoxedSpan,
+    /// `None` when tracing is off.
+    span: Option<BoxedSpan>,
 }
 
 impl fmt::Debug for ServerSpan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerSpan")
-            .field("context", self.span.span_context())
+            .field("context", self.context())
             .finish()
     }
 }
@@ -253,13 +285,16 @@ impl ServerSpan {
     /// Starts the span of a request with `method` and `headers`, its parent the request's
     /// `traceparent` when it has a usable one.
     pub(crate) fn start(tracing: &Tracing, method: &Method, headers: &HeaderMap) -> ServerSpan {
+        if tracing.is_off() {
+            return ServerSpan { span: None };
+        }
         let parent = match parse_traceparent(headers) {
             Some(remote) => Context::new().with_remote_span_context(remote),
             None => Context::new(),
         };
         let builder = SpanBuilder::from_name(method_name(method)).with_kind(SpanKind::Server);
         let mut span = tracing.start(builder, &parent);
-        if span.is_recording() {
+        if let Some(span) = span.as_mut().filter(|s| s.is_recording()) {
             span.set_attribute(KeyValue::new("http.request.method", method.to_string()));
         }
         ServerSpan { span }
@@ -267,12 +302,15 @@ impl ServerSpan {
 
     /// The span's context: the parent of the request's outbound attempts.
     pub(crate) fn context(&self) -> &SpanContext {
-        self.span.span_context()
+        self.span.as_ref().map_or(&NO_SPAN, |s| s.span_context())
     }
 
     /// Ends the span with what `hold` says, `elapsed` after arrival.
     pub(crate) fn end(&mut self, hold: &Hold, elapsed: Duration) {
-        if self.span.is_recording() {
+        let Some(span) = &mut self.span else {
+            return;
+        };
+        if span.is_recording() {
             let mut attributes = Vec::with_capacity(5);
             if let Some(budget) = hold.budget_ms {
                 let budget = i64::try_from(budget).unwrap_or(i64::MAX);
@@ -290,13 +328,12 @@ impl ServerSpan {
                     i64::from(status.as_u16()),
                 ));
             }
-            self.span.set_attributes(attributes);
+            span.set_attributes(attributes);
             if matches!(hold.outcome, HoldOutcome::Error | HoldOutcome::Deadline) {
-                self.span
-                    .set_status(Status::error(hold.outcome.as_str().to_owned()));
+                span.set_status(Status::error(hold.outcome.as_str().to_owned()));
             }
         }
-        self.span.end();
+        span.end();
     }
 }
 
@@ -310,6 +347,12 @@ impl CallSpans {
     /// The spans of a call made while serving a request with server span `served` (if any;
     /// otherwise OpenTelemetry's current context is the parent).
     pub(crate) fn new(tracing: &Tracing, served: Option<&SpanContext>) -> CallSpans {
+        if tracing.is_off() {
+            return CallSpans {
+                tracing: Tracing::off(),
+                parent: Context::new(),
+            };
+        }
         let parent = match served {
             Some(span) if span.is_valid() => Context::new().with_remote_span_context(span.clone()),
             _ => Context::current(),
@@ -329,8 +372,13 @@ impl CallSpans {
         number: u32,
         budget_ms: Option<u64>,
     ) -> AttemptSpan {
+        if self.tracing.is_off() {
+            return AttemptSpan { span: None };
+        }
         let builder = SpanBuilder::from_name(method_name(method)).with_kind(SpanKind::Client);
-        let mut span = self.tracing.start(builder, &self.parent);
+        let Some(mut span) = self.tracing.start(builder, &self.parent) else {
+            return AttemptSpan { span: None };
+        };
         if span.is_recording() {
             let mut attributes = Vec::with_capacity(3);
             attributes.push(KeyValue::new("http.request.method", method.to_string()));
