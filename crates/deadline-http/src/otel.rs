@@ -46,10 +46,12 @@
 //! Off, nothing of this is compiled. On without a provider, OpenTelemetry's no-op tracer makes
 //! spans that carry their parent's context and record nothing: the layers check
 //! [`is_recording`](opentelemetry::trace::Span::is_recording) before building any attribute,
-//! so such a request pays for the lookup of the global provider, the parse of its
-//! `traceparent` and one boxed no-op span per request and per attempt. The no-op span keeps its
-//! parent's context, so an uninstrumented hop still forwards the caller's `traceparent`
-//! unchanged.
+//! so such a request pays for the lookup of the global provider (a read lock and a reference
+//! count), the parse of its `traceparent` and one boxed no-op span per request and per attempt:
+//! about 1,400 instructions a request on the server, measured with callgrind (docs/otel.md).
+//! The no-op span keeps its parent's context, so an uninstrumented hop still forwards the
+//! caller's `traceparent` unchanged. A process that has the feature but never traces (a command
+//! run without an exporter) gives its layers [`Tracing::off`], which costs a branch.
 
 use std::borrow::Cow;
 use std::fmt;
