@@ -328,3 +328,49 @@ async fn without_a_provider_the_callers_traceparent_is_forwarded() {
         Some(caller.as_str())
     );
 }
+
+/// A hedged call: the first attempt is slow, the hedge answers; both have spans, the hedge is a
+/// resend, and the first, dropped when the hedge won, ends `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hedge_is_a_resend_and_the_attempt_it_beat_is_cancelled() {
+    let (provider, exporter) = provider();
+    let tracing = Tracing::provider(&provider);
+    let seen = Arc::new(AtomicU32::new(0));
+    let inventory = hop(
+        "inventory",
+        tracing.clone(),
+        move |_request: Request<Incoming>| {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    tokio::time::sleep(Duration::from_millis(1_500)).await;
+                }
+                Ok(Response::new(Full::new(Bytes::new())))
+            }
+        },
+    )
+    .await;
+    let policy = CallPolicy::new(Duration::from_secs(3), 2).unwrap();
+    let client = DeadlineClient::new(policy)
+        .retry_budget(None)
+        .hedge(Some(deadline_http::propagate::HedgeDelay::Fixed(
+            Duration::from_millis(50),
+        )))
+        .tracing(tracing);
+    let request = Request::get(format!("http://{inventory}/stock"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client.send(request).await.expect("a response");
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let spans = spans(&exporter, 3).await;
+    let mut attempts = of_kind(&spans, SpanKind::Client);
+    assert_eq!(attempts.len(), 2, "{spans:#?}");
+    attempts.sort_by_key(|s| s.start_time);
+    let (first, hedge) = (attempts[0], attempts[1]);
+    assert_eq!(text(first, OUTCOME), "cancelled");
+    assert!(attr(first, RESEND_COUNT).is_none());
+    assert_eq!(text(hedge, OUTCOME), "ok");
+    assert_eq!(int(hedge, RESEND_COUNT), 1);
+    assert_ne!(first.span_context.span_id(), hedge.span_context.span_id());
+}
