@@ -28,6 +28,8 @@
 # Usage: scripts/callgrind.sh [REQUESTS] [WARMUP] [REPEATS]      (defaults: 2000 200 2)
 #        VARIANTS="bare enforce" scripts/callgrind.sh            (default: all six)
 #        NO_BUDGET=1 scripts/callgrind.sh                         (requests without a budget header)
+#        BENCH_SERVE_ARGS="--otlp http://127.0.0.1:PORT" scripts/callgrind.sh
+#                                           (more arguments for every `bench --serve`, unquoted)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -68,7 +70,7 @@ instructions() {
     local run="$WORK/$variant-$count-$RANDOM"
     mkfifo "$run.in"
     valgrind --tool=callgrind --callgrind-out-file="$run.cg" \
-        "$BIN" bench --serve "$variant" --listen 127.0.0.1:0 \
+        "$BIN" bench --serve "$variant" --listen 127.0.0.1:0 ${BENCH_SERVE_ARGS:-} \
         <"$run.in" >"$run.out" 2>"$run.err" &
     SERVER_PID=$!
     # The server's stdin stays open while this script holds the fifo's write end.

@@ -24,5 +24,6 @@ run cargo check --quiet -p deadline-http --no-default-features --features axum
 run cargo check --quiet -p deadline-http --no-default-features --features metrics
 run cargo check --quiet -p deadline-http --no-default-features --features baseline
 run cargo check --quiet -p deadline-http --no-default-features --features tls
+run cargo check --quiet -p deadline-http --no-default-features --features otel
 run cargo check --quiet -p deadline-reqwest
 echo "features: passed"

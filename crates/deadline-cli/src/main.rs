@@ -17,6 +17,7 @@ mod holds;
 mod hygiene;
 mod jobs;
 mod load;
+mod otlp;
 mod outage;
 mod peer;
 mod pg;

@@ -67,6 +67,13 @@ pub(crate) struct ServiceArgs {
     /// connection is closed (default: --header-timeout). Needs --tls-cert.
     #[arg(long, value_name = "MS", requires = "tls_cert")]
     pub tls_handshake_timeout: Option<u64>,
+    /// Export OpenTelemetry spans (one per request, one per outbound attempt) over OTLP/HTTP
+    /// protobuf to this receiver, `http://HOST:PORT` (spans are POSTed to `/v1/traces`; a URL
+    /// with another path is used as given). Export never delays serving: spans beyond a
+    /// bounded queue are dropped and counted (`deadline_otel_spans_dropped_total` on
+    /// `/metrics`, and a line on stderr at shutdown); failed exports are not retried.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
     /// Also serve the admin paths (`/metrics`, `/debug/runtime`) on this address, apart from
     /// the public port (a second line, `admin on http://ADDR`, follows the ready line).
     #[arg(long)]
@@ -369,6 +376,12 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
     }
+    // Checked before binding, like the certificate below.
+    let otlp_endpoint = args
+        .otlp
+        .as_deref()
+        .map(crate::otlp::endpoint)
+        .transpose()?;
     // Read before binding: a bad certificate or key is an error before anything is served.
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
@@ -409,7 +422,16 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut registry = deadline_http::metrics::Registry::default();
     let metrics = DeadlineMetrics::register(&mut registry).service(args.name.clone());
+    let otlp = otlp_endpoint
+        .map(|endpoint| crate::otlp::install(endpoint, &args.name, &mut registry))
+        .transpose()?;
     let registry = Arc::new(registry);
+    // Without --otlp the service does not trace at all: no spans, no `traceparent` read or
+    // written (the global no-op provider would still cost every request a lookup and a span).
+    let tracing = match otlp {
+        Some(_) => deadline_http::otel::Tracing::global(),
+        None => deadline_http::otel::Tracing::off(),
+    };
     let database = crate::pg::Database::connect(
         &args.postgres,
         &args.name,
@@ -456,6 +478,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
             Some((
                 base,
                 client
+                    .tracing(tracing.clone())
                     .max_body(args.max_body)
                     .target(target)
                     .dialects(args.dialects.send.clone().unwrap_or_default())
@@ -486,6 +509,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
     let stream_name: Arc<str> = Arc::from(args.name.as_str());
 
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
+        .tracing(tracing)
         .reserve(Duration::from_millis(args.reserve))
         .max_budget(Budget::from_millis(args.max_budget).unwrap_or(Budget::DEFAULT_MAX))
         .enforce(!args.no_enforce)
@@ -672,6 +696,10 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
         .checked_add(drain);
     while in_flight.load(Ordering::Acquire) > 0 && drain_until.is_none_or(|t| Instant::now() < t) {
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // After the drain: the spans of the requests it waited for are queued by now.
+    if let Some(otlp) = otlp {
+        otlp.shutdown(&args.name).await;
     }
     let left = in_flight.load(Ordering::Acquire);
     if left > 0 {

@@ -45,6 +45,9 @@ struct Inner {
     reserve: Duration,
     arrival: Instant,
     log: Mutex<WorkLog>,
+    /// The served request's OpenTelemetry server span: the parent of its outbound attempts.
+    #[cfg(feature = "otel")]
+    span: Option<opentelemetry::trace::SpanContext>,
 }
 
 /// An entry of the activity stack. Outbound calls enter one per attempt, so their target is
@@ -143,8 +146,28 @@ impl DeadlineContext {
                 reserve,
                 arrival,
                 log: Mutex::new(WorkLog::default()),
+                #[cfg(feature = "otel")]
+                span: None,
             }),
         }
+    }
+
+    /// The context with `span` as the served request's server span (a context just made,
+    /// not yet shared; a shared one is returned unchanged).
+    #[cfg(feature = "otel")]
+    pub(crate) fn with_span(mut self, span: &opentelemetry::trace::SpanContext) -> Self {
+        if span.is_valid() {
+            if let Some(inner) = Arc::get_mut(&mut self.inner) {
+                inner.span = Some(span.clone());
+            }
+        }
+        self
+    }
+
+    /// The served request's server span, when it has a valid one.
+    #[cfg(feature = "otel")]
+    pub(crate) fn span_context(&self) -> Option<&opentelemetry::trace::SpanContext> {
+        self.inner.span.as_ref()
     }
 
     /// The context of the request being served by this task, if any.

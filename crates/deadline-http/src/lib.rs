@@ -54,7 +54,9 @@
 //! that still stops at the deadline; [`detach`] runs work that must not inherit it. [`serve()`]
 //! serves any of it over HTTP/1.1 and cleartext HTTP/2 (h2c) on one port, with `TCP_NODELAY` and
 //! graceful shutdown; with the `tls` feature, `serve::serve_tls` speaks TLS on its port, ALPN
-//! choosing HTTP/2 or HTTP/1.1 (see the `tls` module).
+//! choosing HTTP/2 or HTTP/1.1 (see the `tls` module). With the `otel` feature the layers start
+//! OpenTelemetry spans, one per request and one per outbound attempt, and carry W3C
+//! `traceparent` between hops (see the `otel` module).
 //!
 //! gRPC callers (tonic, grpc-go, grpcio, grpc-js) get the same behaviour in their own terms:
 //! `grpc-timeout` is read as a budget, the layer's own answers are trailers-only
@@ -74,6 +76,8 @@ pub mod log_limit;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod metrics_hook;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod phase;
 pub mod propagate;
 pub mod serve;

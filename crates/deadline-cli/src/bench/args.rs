@@ -44,6 +44,10 @@ pub(crate) struct BenchArgs {
     /// The address `--serve` listens on.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub(crate) listen: SocketAddr,
+    /// With `--serve`: export the variant's OpenTelemetry spans over OTLP/HTTP to this
+    /// receiver, as `deadline service --otlp` does (to measure what exporting costs).
+    #[arg(long, value_name = "URL", requires = "serve")]
+    pub(crate) otlp: Option<String>,
     /// Send exactly `--requests` requests to a `--serve` server at this address, one at a time
     /// over one keep-alive connection, then exit (failing on any answer but 200). The fixed
     /// client for counting a server's instructions per request; measures nothing itself.

@@ -158,14 +158,29 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
 
 /// `--serve VARIANT`: serve one variant until stdin closes or Ctrl-C.
 fn serve_only(args: &BenchArgs, variant: Variant) -> anyhow::Result<ExitCode> {
+    let endpoint = args
+        .otlp
+        .as_deref()
+        .map(crate::otlp::endpoint)
+        .transpose()?;
     let runtime = server_runtime(args.server_threads, Arc::default())?;
     runtime.block_on(async {
+        let mut registry = deadline_http::metrics::Registry::default();
+        let otlp = endpoint
+            .map(|endpoint| crate::otlp::install(endpoint, "bench", &mut registry))
+            .transpose()?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let listener = TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
         let addr = listener.local_addr()?;
-        let task = tokio::spawn(serve_variant(variant, listener, stop_rx));
+        // Spans only when they are exported: without --otlp the variants measure the layers as
+        // a process that does not trace runs them.
+        let tracing = match otlp {
+            Some(_) => deadline_http::otel::Tracing::global(),
+            None => deadline_http::otel::Tracing::off(),
+        };
+        let task = tokio::spawn(serve_variant(variant, listener, stop_rx, tracing));
         println!("listening on http://{addr}");
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
@@ -174,6 +189,9 @@ fn serve_only(args: &BenchArgs, variant: Variant) -> anyhow::Result<ExitCode> {
 
         let _ = stop_tx.send(true);
         task.await.context("the server task failed")??;
+        if let Some(otlp) = otlp {
+            otlp.shutdown("bench").await;
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

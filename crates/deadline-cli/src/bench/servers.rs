@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow};
 use bytes::Bytes;
 use deadline::CallPolicy;
+use deadline_http::otel::Tracing;
 use deadline_http::{DeadlineClient, EnforceDeadlineLayer};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -58,6 +59,7 @@ impl Servers {
                             variant,
                             listener,
                             stop_rx.clone(),
+                            Tracing::off(),
                         )));
                     }
                     let _ = ready_tx.send(addrs);
@@ -216,11 +218,12 @@ where
 }
 
 /// Serves `variant` on `listener` (and, for a chain, its second hop on another loopback port)
-/// until `stop` turns true.
+/// until `stop` turns true, its layers' OpenTelemetry spans going to `tracing`.
 pub(crate) async fn serve_variant(
     variant: Variant,
     listener: TcpListener,
     stop: watch::Receiver<bool>,
+    tracing: Tracing,
 ) -> anyhow::Result<()> {
     let until = |mut stop: watch::Receiver<bool>| async move {
         let _ = stop.wait_for(|s| *s).await;
@@ -230,13 +233,16 @@ pub(crate) async fn serve_variant(
             deadline_http::serve(listener, service_fn(ok), until(stop)).await?;
         }
         Variant::Enforce => {
-            let service = EnforceDeadlineLayer::new("bench").layer(service_fn(ok));
+            let service = EnforceDeadlineLayer::new("bench")
+                .tracing(tracing)
+                .layer(service_fn(ok));
             deadline_http::serve(listener, service, until(stop)).await?;
         }
         Variant::EnforceMetrics => {
             let mut registry = deadline_http::metrics::Registry::default();
             let metrics = deadline_http::metrics::DeadlineMetrics::register(&mut registry);
             let service = EnforceDeadlineLayer::new("bench")
+                .tracing(tracing)
                 .record_metrics(&metrics.service("bench"))
                 .layer(service_fn(ok));
             deadline_http::serve(listener, service, until(stop)).await?;
@@ -277,7 +283,9 @@ pub(crate) async fn serve_variant(
                 )?;
             } else {
                 let policy = CallPolicy::new(CALL_TIMEOUT, 3)?;
-                let client = DeadlineClient::from_client(client, policy).target("second");
+                let client = DeadlineClient::from_client(client, policy)
+                    .target("second")
+                    .tracing(tracing.clone());
                 let edge = service_fn(move |_request: Request<Incoming>| {
                     let (client, uri) = (client.clone(), uri.clone());
                     async move {
@@ -287,8 +295,12 @@ pub(crate) async fn serve_variant(
                         Ok::<_, std::convert::Infallible>(relay(result).await)
                     }
                 });
-                let second_service = EnforceDeadlineLayer::new("second").layer(service_fn(ok));
-                let edge = EnforceDeadlineLayer::new("edge").layer(edge);
+                let second_service = EnforceDeadlineLayer::new("second")
+                    .tracing(tracing.clone())
+                    .layer(service_fn(ok));
+                let edge = EnforceDeadlineLayer::new("edge")
+                    .tracing(tracing)
+                    .layer(edge);
                 tokio::try_join!(
                     deadline_http::serve(second, second_service, until(stop.clone())),
                     deadline_http::serve(listener, edge, until(stop)),

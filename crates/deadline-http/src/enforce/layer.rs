@@ -75,6 +75,8 @@ impl EnforceDeadlineLayer {
                 on_hold: None,
                 metrics: HoldMetrics::default(),
                 prometheus: Default::default(),
+                #[cfg(feature = "otel")]
+                tracing: crate::otel::Tracing::global(),
             },
         }
     }
@@ -271,6 +273,16 @@ impl EnforceDeadlineLayer {
     #[cfg(feature = "metrics")]
     pub fn record_metrics(mut self, metrics: &crate::metrics::ServiceMetrics) -> Self {
         self.settings.prometheus = crate::metrics_hook::HopHook::new(metrics);
+        self
+    }
+}
+
+#[cfg(feature = "otel")]
+impl EnforceDeadlineLayer {
+    /// Where the requests' OpenTelemetry `SERVER` spans go (feature `otel`; default: the
+    /// global tracer provider, looked up per request). See [`crate::otel`].
+    pub fn tracing(mut self, tracing: crate::otel::Tracing) -> Self {
+        self.settings.tracing = tracing;
         self
     }
 }

@@ -232,6 +232,9 @@ pub(crate) struct HopSettings {
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
     prometheus: crate::metrics_hook::HopHook,
+    /// Where the requests' server spans go.
+    #[cfg(feature = "otel")]
+    tracing: crate::otel::Tracing,
 }
 
 impl fmt::Debug for HopSettings {
@@ -363,7 +366,11 @@ where
         }
 
         let deadline: Option<Deadline> = budget.map(|b| b.deadline(time::to_std(arrival)));
+        #[cfg(not(feature = "otel"))]
         let ctx = DeadlineContext::new(deadline, settings.reserve, arrival);
+        #[cfg(feature = "otel")]
+        let ctx = DeadlineContext::new(deadline, settings.reserve, arrival)
+            .with_span(recorder.span_context());
         let cutoff = ctx.cutoff();
         if let Some(cutoff) = cutoff {
             if cutoff.is_expired(time::to_std(arrival)) {

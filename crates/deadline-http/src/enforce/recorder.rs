@@ -37,6 +37,9 @@ pub(crate) struct Recorder {
     /// the work's own task) does not see itself.
     #[cfg(feature = "baseline")]
     pub(crate) caller_gone: Option<CallerGone>,
+    /// The request's OpenTelemetry server span, ended with the report.
+    #[cfg(feature = "otel")]
+    span: crate::otel::ServerSpan,
 }
 
 impl fmt::Debug for Recorder {
@@ -90,6 +93,9 @@ impl Recorder {
                 uri: request.uri().clone(),
             })
         });
+        #[cfg(feature = "otel")]
+        let span =
+            crate::otel::ServerSpan::start(&settings.tracing, request.method(), request.headers());
         Recorder {
             draft: HoldDraft { hold, detail },
             settings,
@@ -97,12 +103,20 @@ impl Recorder {
             reported: false,
             #[cfg(feature = "baseline")]
             caller_gone: None,
+            #[cfg(feature = "otel")]
+            span,
         }
     }
 
     /// The hold so far (without its `request_id` and `path`, which only the hook gets).
     pub(crate) fn hold(&self) -> &Hold {
         &self.draft.hold
+    }
+
+    /// The context of the request's server span (the parent of its outbound attempts).
+    #[cfg(feature = "otel")]
+    pub(crate) fn span_context(&self) -> &opentelemetry::trace::SpanContext {
+        self.span.context()
     }
 
     /// The budget the caller sent, in ms (0 for a spent one).
@@ -176,6 +190,11 @@ impl Recorder {
         }
         self.settings.metrics.record(&self.draft.hold);
         self.settings.prometheus.record(&self.draft.hold);
+        #[cfg(feature = "otel")]
+        self.span.end(
+            &self.draft.hold,
+            Instant::now().saturating_duration_since(self.draft.hold.arrival),
+        );
         let detail = self.draft.detail.as_deref();
         let request_id = detail
             .and_then(|d| d.request_id.as_ref())

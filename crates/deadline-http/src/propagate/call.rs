@@ -42,6 +42,9 @@ pub(super) struct Call<S, B> {
     /// Whether each attempt's request carries its planned budget, for a client below that
     /// stamps it again once connected ([`LateStamp`]).
     pub(super) stamp_late: bool,
+    /// The tracer and parent of the attempts' OpenTelemetry spans.
+    #[cfg(feature = "otel")]
+    pub(super) spans: crate::otel::CallSpans,
 }
 
 /// How the last attempt that did not succeed ended.
@@ -83,6 +86,8 @@ where
             max_body,
             mark_attempts,
             stamp_late,
+            #[cfg(feature = "otel")]
+            spans,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
@@ -131,6 +136,8 @@ where
                 continue;
             };
             metrics.attempt(plan.sent());
+            #[cfg(feature = "otel")]
+            let span = start_span(&spans, &mut attempt_request, plan.sent(), attempt.budget);
             let _calling = record.as_mut().map(|record| record.begin(sent_at));
             // The attempt's wait covers its response's body too (see `body`).
             let until = AttemptEnd::of(sent_at, &attempt, &policy);
@@ -149,6 +156,8 @@ where
             })
             .await;
             let end = Instant::now();
+            #[cfg(feature = "otel")]
+            end_span(span, &outcome, deadline, end);
             match judge(
                 outcome,
                 end,
@@ -184,6 +193,37 @@ pub(super) fn late_stamp<B: Clone>(
         let stamp = LateStamp::new(planned_at, budget, requests.dialect_set().clone());
         request.extensions_mut().insert(stamp);
     }
+}
+
+/// Starts the OpenTelemetry span of the `number`-th attempt, sending `budget`, and writes its
+/// `traceparent` into the attempt's request.
+#[cfg(feature = "otel")]
+pub(super) fn start_span<B>(
+    spans: &crate::otel::CallSpans,
+    request: &mut Request<B>,
+    number: u32,
+    budget: Option<Budget>,
+) -> crate::otel::AttemptSpan {
+    let (parts, headers) = (request.method().clone(), request.headers_mut());
+    spans.attempt(&parts, headers, number, budget.map(Budget::as_millis))
+}
+
+/// Ends an attempt's OpenTelemetry span with its `outcome` at `end`, under the call's
+/// `deadline`.
+#[cfg(feature = "otel")]
+pub(super) fn end_span<RB>(
+    span: crate::otel::AttemptSpan,
+    outcome: &Result<Result<Response<RB>, BoxError>, Elapsed>,
+    deadline: Option<Deadline>,
+    end: Instant,
+) {
+    use crate::otel::AttemptEnding;
+    let ending = match outcome {
+        Ok(Ok(response)) => AttemptEnding::Answered(response.status()),
+        Ok(Err(_)) => AttemptEnding::Error,
+        Err(_) => AttemptEnding::Timeout,
+    };
+    span.end(ending, deadline.map(|d| d.remaining(end.into_std())));
 }
 
 /// Records the call now; a response's body then reports to the call's span how it ends (a body

@@ -182,6 +182,14 @@ impl DeadlineClient {
         each!(self, s => s.dialects(dialects))
     }
 
+    /// Where the attempts' OpenTelemetry `CLIENT` spans go (feature `otel`; see
+    /// [`PropagateDeadline::tracing`](super::PropagateDeadline::tracing)).
+    #[cfg(feature = "otel")]
+    #[must_use = "this returns the client with tracing set; the original is unchanged"]
+    pub fn tracing(self, tracing: crate::otel::Tracing) -> DeadlineClient {
+        each!(self, s => s.tracing(tracing))
+    }
+
     /// Records every call's attempts, skips and duration in `metrics`' Prometheus series
     /// (feature `metrics`; see [`crate::metrics`]).
     #[cfg(feature = "metrics")]

@@ -113,6 +113,7 @@ async fn flight<S, B, RB>(
     until: AttemptEnd,
     max_body: u64,
     mark: bool,
+    #[cfg(feature = "otel")] span: (crate::otel::AttemptSpan, Option<deadline::Deadline>),
 ) -> Outcome<CallBody<RB>>
 where
     S: Service<Request<B>, Response = Response<RB>>,
@@ -122,12 +123,16 @@ where
     if mark {
         request.extensions_mut().insert(until);
     }
-    tokio::time::timeout_at(until.at, async move {
+    let outcome = tokio::time::timeout_at(until.at, async move {
         let ready = inner.ready().await.map_err(Into::into)?;
         let response = ready.call(request).await.map_err(Into::into)?;
         Ok(until.bound(response, max_body))
     })
-    .await
+    .await;
+    // A flight dropped before this (a hedge that lost) ends its span as `cancelled`.
+    #[cfg(feature = "otel")]
+    super::call::end_span(span.0, &outcome, span.1, Instant::now());
+    outcome
 }
 
 /// What woke the loop.
@@ -165,6 +170,8 @@ where
             max_body,
             mark_attempts,
             stamp_late,
+            #[cfg(feature = "otel")]
+            spans,
         } = self;
         let (target, record) = start_record(target, context, &request);
         let name = || {
@@ -218,6 +225,11 @@ where
                 if stamp_late {
                     late_stamp(&mut request, at, attempt.budget, &requests);
                 }
+                #[cfg(feature = "otel")]
+                let span = (
+                    super::call::start_span(&spans, &mut request, plan.sent(), attempt.budget),
+                    deadline,
+                );
                 drop(last.take());
                 metrics.attempt(plan.sent());
                 first_sent.get_or_insert(at);
@@ -227,6 +239,8 @@ where
                     AttemptEnd::of(at, &attempt, &policy),
                     max_body,
                     mark_attempts,
+                    #[cfg(feature = "otel")]
+                    span,
                 )));
                 hedged.out.push(Flight::new(at, &attempt, &policy));
                 hedge_timer = next_hedge(&retries, delay, at);
@@ -264,6 +278,16 @@ where
                             if stamp_late {
                                 late_stamp(&mut request, at, attempt.budget, &requests);
                             }
+                            #[cfg(feature = "otel")]
+                            let span = (
+                                super::call::start_span(
+                                    &spans,
+                                    &mut request,
+                                    plan.sent(),
+                                    attempt.budget,
+                                ),
+                                deadline,
+                            );
                             metrics.hedge();
                             let until = AttemptEnd::of(at, &attempt, &policy);
                             flights.push(Box::pin(flight(
@@ -272,6 +296,8 @@ where
                                 until,
                                 max_body,
                                 mark_attempts,
+                                #[cfg(feature = "otel")]
+                                span,
                             )));
                             hedged.out.push(Flight::new(at, &attempt, &policy));
                             hedge_timer = next_hedge(&retries, delay, at);

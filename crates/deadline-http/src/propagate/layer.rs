@@ -21,6 +21,8 @@ pub struct PropagateDeadlineLayer {
     retries: Arc<Retries>,
     deadline_answers: bool,
     max_body: u64,
+    #[cfg(feature = "otel")]
+    tracing: crate::otel::Tracing,
 }
 
 impl PropagateDeadlineLayer {
@@ -34,7 +36,17 @@ impl PropagateDeadlineLayer {
             retries: Retries::new(super::RetrySettings::default()),
             deadline_answers: false,
             max_body: super::DEFAULT_MAX_BODY,
+            #[cfg(feature = "otel")]
+            tracing: crate::otel::Tracing::global(),
         }
+    }
+
+    /// Where the attempts' OpenTelemetry `CLIENT` spans go (see
+    /// [`PropagateDeadline::tracing`]).
+    #[cfg(feature = "otel")]
+    pub fn tracing(mut self, tracing: crate::otel::Tracing) -> PropagateDeadlineLayer {
+        self.tracing = tracing;
+        self
     }
 
     /// A final 504 / DEADLINE_EXCEEDED answer becomes an error (see
@@ -131,6 +143,8 @@ impl<S> Layer<S> for PropagateDeadlineLayer {
             max_body: self.max_body,
             mark_attempts: false,
             stamp_late: false,
+            #[cfg(feature = "otel")]
+            tracing: self.tracing.clone(),
         }
     }
 }

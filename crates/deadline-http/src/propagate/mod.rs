@@ -262,6 +262,9 @@ pub struct PropagateDeadline<S> {
     /// Each attempt's request carries its planned budget, for an inner client that connects
     /// before it writes and stamps the budget then (`DeadlineClient::https`). Off otherwise.
     stamp_late: bool,
+    /// Where the attempts' OpenTelemetry client spans go.
+    #[cfg(feature = "otel")]
+    tracing: crate::otel::Tracing,
 }
 
 /// A configured downstream name and its call span's name, both made once per layer rather than
@@ -295,7 +298,18 @@ impl<S> PropagateDeadline<S> {
             max_body: DEFAULT_MAX_BODY,
             mark_attempts: false,
             stamp_late: false,
+            #[cfg(feature = "otel")]
+            tracing: crate::otel::Tracing::global(),
         }
+    }
+
+    /// Where the attempts' OpenTelemetry `CLIENT` spans go (feature `otel`; default: the
+    /// global tracer provider, looked up per attempt). See [`crate::otel`].
+    #[cfg(feature = "otel")]
+    #[must_use = "this returns the service with tracing set; the original is unchanged"]
+    pub fn tracing(mut self, tracing: crate::otel::Tracing) -> PropagateDeadline<S> {
+        self.tracing = tracing;
+        self
     }
 
     /// Puts each attempt's [`AttemptEnd`] in its request's extensions (see the field).
@@ -484,7 +498,14 @@ impl<S> PropagateDeadline<S> {
             Some(target) => Arc::clone(&target.name),
             None => Arc::from(attempt::authority_name(&request)),
         });
+        #[cfg(feature = "otel")]
+        let spans = crate::otel::CallSpans::new(
+            &self.tracing,
+            context.as_ref().and_then(DeadlineContext::span_context),
+        );
         let call = Call {
+            #[cfg(feature = "otel")]
+            spans,
             inner: self.inner.clone(),
             policy: self.policy,
             request,

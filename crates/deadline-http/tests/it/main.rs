@@ -11,6 +11,8 @@ mod loopback_client;
 mod loopback_hedge;
 mod loopback_server;
 mod metrics;
+#[cfg(feature = "otel")]
+mod otel;
 mod outbound_body;
 mod propagate;
 mod queue;
