@@ -222,6 +222,8 @@ pub(crate) struct Scan<'a> {
     next_budget: usize,
     /// Where the first budget element begins in the text, once read.
     budgets_at: Option<usize>,
+    /// Where the text begins and ends in the input, in bytes.
+    text_in_input: (usize, usize),
     plus: u64,
     /// The text was cut before an element that is not UTF-8: its last element is then not the
     /// value's last, so a `+N` there is not read.
@@ -232,7 +234,7 @@ impl<'a> Scan<'a> {
     /// Scans `input`: its first 64 KiB (cut back to the last comma in them, so no element is
     /// read half), without the spaces and tabs around it.
     pub(crate) fn new(input: &'a [u8]) -> Scan<'a> {
-        let (text, cut) = scanned_text(input);
+        let (text, cut, start) = scanned_text(input);
         Scan {
             rest: (!text.is_empty()).then_some(text),
             at: 0,
@@ -241,27 +243,30 @@ impl<'a> Scan<'a> {
             spans: 0,
             next_budget: 0,
             budgets_at: None,
+            text_in_input: (start, start + text.len()),
             plus: 0,
             cut,
         }
     }
 
-    /// The budget elements of `input` alone, for a value a scan of which found its first
-    /// budget at `at` (see [`budgets_at`](Scan::budgets_at)) after `spans` valid spans: what
-    /// that scan read from there, without reading the spans again.
-    pub(crate) fn budgets_from(input: &'a [u8], at: usize, spans: usize) -> Scan<'a> {
-        let (text, cut) = scanned_text(input);
-        let rest = text.get(at..).filter(|rest| !rest.is_empty());
+    /// The budget elements alone: `section` is the part of a value from its first budget
+    /// element to the end of what a scan of it read (see [`budgets`](Scan::budgets)), after
+    /// `spans` valid spans. It yields what that scan read there, without reading the spans
+    /// again.
+    pub(crate) fn budgets_only(section: &'a [u8], spans: usize) -> Scan<'a> {
+        // A slice of text the scan already checked, cut at commas: UTF-8, ASCII in fact.
+        let text = std::str::from_utf8(section).unwrap_or_default();
         Scan {
-            rest,
-            at,
+            rest: (!text.is_empty()).then_some(text),
+            at: 0,
             part: Part::Budgets,
             previous_depth: None,
             spans,
             next_budget: 0,
-            budgets_at: Some(at),
+            budgets_at: Some(0),
+            text_in_input: (0, text.len()),
             plus: 0,
-            cut,
+            cut: false,
         }
     }
 
@@ -270,9 +275,11 @@ impl<'a> Scan<'a> {
         self.plus
     }
 
-    /// Where the first budget element began in the scanned text, if one was read.
-    pub(crate) fn budgets_at(&self) -> Option<usize> {
-        self.budgets_at
+    /// Where the budgets are in the input, in bytes, if one was read: from the first budget
+    /// element to the end of the text read, for [`budgets_only`](Scan::budgets_only).
+    pub(crate) fn budgets(&self) -> Option<std::ops::Range<usize>> {
+        let (start, end) = self.text_in_input;
+        self.budgets_at.map(|at| start + at..end)
     }
 
     /// Valid spans read so far (stored or not).
@@ -281,16 +288,24 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// The text [`Scan`] reads of `input`, and whether it was cut before an element that is not
-/// UTF-8.
-fn scanned_text(input: &[u8]) -> (&str, bool) {
+/// The text [`Scan`] reads of `input`, whether it was cut before an element that is not UTF-8,
+/// and where it begins in `input`.
+fn scanned_text(input: &[u8]) -> (&str, bool, usize) {
     let mut input = input;
     if input.len() > MAX_DECODE_LEN {
         let head = input.get(..MAX_DECODE_LEN).unwrap_or_default();
         let cut = head.iter().rposition(|&b| b == b',').unwrap_or(0);
         input = head.get(..cut).unwrap_or_default();
     }
-    whole_elements(trim(input))
+    let trimmed = trim(input);
+    // `trim` cuts spaces and tabs off both ends: what it cut at the start is what precedes.
+    let start = input
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count()
+        .min(input.len() - trimmed.len());
+    let (text, cut) = whole_elements(trimmed);
+    (text, cut, start)
 }
 
 /// `input` as text, checked once: all of it when it is UTF-8, else the elements before the one

@@ -39,12 +39,13 @@
 //!     b"gateway@0-303=504,.queue@0-0,.work@0-303=deadline,.call:orders@53-303=504,\
 //!       ..attempt@53-303=504,...orders@53-296=504,....queue@53-53,....work@53-296=deadline",
 //! );
-//! let hops = hops(&trace, Some(400));
-//! assert_eq!(hops.len(), 2);
-//! assert_eq!(hops[0].budget, Some(Budget::Sent(400)));
-//! assert_eq!(hops[1].budget, Some(Budget::AtMost(347)));
-//! assert_eq!(hops[1].headroom(), Some(Budget::AtMost(104)));
-//! assert!(!hops[0].ran_out && hops[1].ran_out);
+//! // A trace from hops that predate budgets in the trace: the callee's budget is a bound.
+//! let bounded = hops(&trace, Some(400));
+//! assert_eq!(bounded.len(), 2);
+//! assert_eq!(bounded[0].budget, Some(Budget::Sent(400)));
+//! assert_eq!(bounded[1].budget, Some(Budget::AtMost(347)));
+//! assert_eq!(bounded[1].headroom(), Some(Budget::AtMost(104)));
+//! assert!(!bounded[0].ran_out && bounded[1].ran_out);
 //!
 //! // The same chain, each hop writing its budget at arrival (`^INDEX=MS`): exact figures.
 //! let trace = Trace::decode(

@@ -31,8 +31,8 @@ pub struct EncodedTrace {
     spans: usize,
     /// Spans [`Trace::decode`] would count as dropped.
     dropped: u64,
-    /// Where its budgets begin in the text the decoder reads, if it has any.
-    budgets_at: Option<usize>,
+    /// Where its budgets are in the value, if it has any.
+    budgets: Option<std::ops::Range<usize>>,
 }
 
 impl EncodedTrace {
@@ -50,7 +50,7 @@ impl EncodedTrace {
         let mut scan = Scan::new(value.as_bytes());
         scan.by_ref().for_each(drop);
         let valid = scan.spans();
-        let budgets_at = scan.budgets_at();
+        let budgets = scan.budgets();
         let spans = valid.min(MAX_SPANS);
         let extra = u64::try_from(valid - spans).unwrap_or(u64::MAX);
         let dropped = extra.saturating_add(scan.plus()).min(super::MAX_MS);
@@ -58,7 +58,7 @@ impl EncodedTrace {
             value,
             spans,
             dropped,
-            budgets_at,
+            budgets,
         }
     }
 
@@ -90,10 +90,12 @@ impl EncodedTrace {
     /// The kept elements' budgets at arrival, as (index among the kept elements, ms), indices
     /// rising: what [`Trace::decode`] gives the spans.
     pub(crate) fn budgets(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        let scan = match self.budgets_at {
-            Some(at) => Scan::budgets_from(self.value.as_bytes(), at, self.spans),
-            None => Scan::budgets_from(b"", 0, 0),
-        };
+        let section = self
+            .budgets
+            .clone()
+            .and_then(|range| self.value.as_bytes().get(range))
+            .unwrap_or_default();
+        let scan = Scan::budgets_only(section, self.spans);
         scan.filter_map(|item| match item {
             Item::Budget { index, ms } => Some((index, ms)),
             Item::Span(_) => None,

@@ -708,3 +708,62 @@ fn display_shows_budgets() {
     let no_outcome = Trace::from_span(s("a", 0, 1).with_budget_ms(7));
     assert_eq!(no_outcome.to_string(), "a  0–1 ms (1 ms)  budget 7 ms\n");
 }
+
+/// A callee's budgets are found where its scan found them, whatever surrounds the value.
+#[test]
+fn a_callees_budgets_are_read_around_spaces_and_cuts() {
+    use super::{AttemptSpan, CallSpan, EncodedTrace, Outcome};
+
+    for (value, budgets) in [
+        (
+            " \t inventory@0-30=200,.work@0-29=ok,^0=940,^1=7 \t",
+            vec![940, 7],
+        ),
+        ("inventory@0-30=200,^0=940,+2", vec![940]),
+        ("inventory@0-30=200,^0=940,^0=941", vec![940]),
+        ("inventory@0-30=200,.work@0-29,^1=5,\u{e9}", vec![5]),
+        ("inventory@0-30=200", vec![]),
+    ] {
+        let callee = EncodedTrace::new(http::HeaderValue::from_str(value).unwrap());
+        let call = CallSpan {
+            name: "call:inventory".into(),
+            start_ms: 0,
+            end_ms: 40,
+            outcome: Outcome::Status(http::StatusCode::OK),
+            attempts: vec![AttemptSpan {
+                start_ms: 1,
+                end_ms: 40,
+                outcome: Outcome::Status(http::StatusCode::OK),
+                callee: Some(callee),
+            }]
+            .into_iter()
+            .collect(),
+        };
+        let (span, _) = call.to_span();
+        let spliced = Trace::decode(
+            super::HopTrace {
+                name: "orders",
+                end_ms: 50,
+                status: "200",
+                budget_ms: None,
+                work: super::HopWork::None,
+            }
+            .to_header_value(&[super::Recorded::Call(call)], 0)
+            .as_bytes(),
+        );
+        let mut found = Vec::new();
+        let mut stack = vec![&spliced.spans[0]];
+        while let Some(span) = stack.pop() {
+            found.extend(span.budget_ms);
+            stack.extend(span.children.iter().rev());
+        }
+        assert_eq!(found, budgets, "{value}");
+        let decoded: Vec<u64> = span.children[0]
+            .children
+            .iter()
+            .flat_map(|root| std::iter::once(root).chain(&root.children))
+            .filter_map(|s| s.budget_ms)
+            .collect();
+        assert_eq!(decoded, budgets, "{value}");
+    }
+}
