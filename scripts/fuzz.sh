@@ -35,7 +35,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 # Longest input per target: header values are short (a 256-byte list of budgets is already far
-# beyond anything a client sends); a trace header can be up to 4,947 bytes, so the decoder gets
+# beyond anything a client sends); a trace header can be up to 5,897 bytes, so the decoder gets
 # room past that; the round trip needs about 40 bytes of structured input per span to get past
 # the 64-span cap.
 max_len() {

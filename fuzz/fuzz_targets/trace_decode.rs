@@ -5,8 +5,8 @@
 //! - bounded memory: decoding allocates at most `DECODE_ALLOC_BOUND` bytes at any moment, a
 //!   bound set by the span cap and the token lengths, not by the input's length;
 //! - the result is a well-formed trace: at most 64 spans, nesting under 16 levels, names and
-//!   outcomes non-empty `tchar` tokens of at most 24 and 16 bytes, `start <= end <= MAX_MS`, and
-//!   a dropped count of at most `MAX_MS`;
+//!   outcomes non-empty `tchar` tokens of at most 24 and 16 bytes, `start <= end <= MAX_MS`,
+//!   budgets of at most `MAX_MS`, and a dropped count of at most `MAX_MS`;
 //! - decoding is stable: the result encodes within `MAX_ENCODED_LEN` bytes to a valid header
 //!   value, that encoding decodes to the same trace, and encodes again to the same bytes;
 //! - reading a header value gives the same trace as decoding its bytes, and the text rendering
@@ -48,6 +48,7 @@ fn check_spans(trace: &Trace) -> usize {
             span.start_ms <= span.end_ms && span.end_ms <= MAX_MS,
             "{span:?}"
         );
+        assert!(span.budget_ms.is_none_or(|ms| ms <= MAX_MS), "{span:?}");
         stack.extend(span.children.iter().map(|c| (c, depth + 1)));
     }
     count

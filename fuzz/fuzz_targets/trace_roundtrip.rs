@@ -10,7 +10,9 @@
 //!   count, which saturates at `MAX_MS`;
 //! - names and outcomes become `tchar` tokens (every other character becomes `_`, cut to 24 and
 //!   16 characters, never empty); times saturate at `MAX_MS`, and an end before its start is
-//!   written as the start.
+//!   written as the start;
+//! - a kept span keeps its budget at arrival (saturating at `MAX_MS`), which `shift` leaves as
+//!   it is; a dropped span's budget goes with it.
 //!
 //! A trace already within every cap comes back exactly. The encoding is at most
 //! `MAX_ENCODED_LEN` bytes, is a valid header value, and re-encoding the decoded trace gives the
@@ -73,6 +75,8 @@ struct Node {
     start: Time,
     end: Time,
     outcome: Option<Text>,
+    /// The hop's budget at arrival.
+    budget: Option<Time>,
     /// Built with `Span::new` and `with_outcome` rather than by setting the fields.
     constructed: bool,
 }
@@ -87,10 +91,15 @@ struct Input {
 fn span(node: &Node) -> Span {
     let (name, start, end) = (node.name.text(), node.start.ms(), node.end.ms());
     let outcome = node.outcome.as_ref().map(Text::text);
+    let budget_ms = node.budget.as_ref().map(Time::ms);
     if node.constructed {
         let span = Span::new(&name, start, end);
-        match outcome {
+        let span = match outcome {
             Some(outcome) => span.with_outcome(&outcome),
+            None => span,
+        };
+        match budget_ms {
+            Some(ms) => span.with_budget_ms(ms),
             None => span,
         }
     } else {
@@ -99,6 +108,7 @@ fn span(node: &Node) -> Span {
             start_ms: start,
             end_ms: end,
             outcome,
+            budget_ms,
             children: Vec::new(),
         }
     }
@@ -175,6 +185,7 @@ fn expected(span: &Span, keep: &HashSet<*const Span>, shift: u64, reached: &mut 
         start_ms: start.min(MAX_MS),
         end_ms: end.min(MAX_MS),
         outcome: span.outcome.as_deref().map(|o| token(o, MAX_OUTCOME_LEN)),
+        budget_ms: span.budget_ms.map(|ms| ms.min(MAX_MS)),
         children: span
             .children
             .iter()
@@ -197,7 +208,8 @@ fn within_caps(trace: &Trace) -> bool {
                 .as_ref()
                 .is_none_or(|o| token(o, MAX_OUTCOME_LEN) == *o)
             && span.start_ms <= span.end_ms
-            && span.end_ms <= MAX_MS;
+            && span.end_ms <= MAX_MS
+            && span.budget_ms.is_none_or(|ms| ms <= MAX_MS);
         if !ok {
             return false;
         }

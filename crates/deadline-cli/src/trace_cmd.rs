@@ -1,4 +1,6 @@
-//! `deadline trace [--json] HEADER`: decode a `Deadline-Trace` value.
+//! `deadline trace [--json] HEADER`: decode a `Deadline-Trace` value. A hop's root span shows
+//! its budget at arrival when the trace carries it (`budget 950 ms` in the tree, `budget_ms` in
+//! the JSON).
 
 use std::process::ExitCode;
 
@@ -9,7 +11,8 @@ use deadline::trace::Trace;
 /// Arguments of `deadline trace`.
 #[derive(Debug, Args)]
 pub(crate) struct TraceArgs {
-    /// Print `{"spans": [...], "dropped": N}` instead of a tree.
+    /// Print `{"spans": [...], "dropped": N}` instead of a tree (a span carrying a hop's budget
+    /// at arrival has `budget_ms`).
     #[arg(long)]
     json: bool,
     /// The header value (with or without a leading `Deadline-Trace:`); `-` reads standard input.

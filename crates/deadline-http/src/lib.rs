@@ -39,7 +39,10 @@
 //! let response = service.clone().oneshot(request).await.unwrap();
 //! assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
 //! assert_eq!(start.elapsed(), Duration::from_millis(590));
-//! assert_eq!(response.headers()["deadline-trace"], "inventory@0-590=504,.queue@0-0,.work@0-590=deadline");
+//! assert_eq!(
+//!     response.headers()["deadline-trace"],
+//!     "inventory@0-590=504,.queue@0-0,.work@0-590=deadline,^0=600"
+//! );
 //!
 //! // No header: no deadline, the layer behaves as if it were not there.
 //! let response = service.oneshot(Request::new(())).await.unwrap();

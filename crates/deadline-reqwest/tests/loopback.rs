@@ -116,6 +116,12 @@ async fn the_served_deadline_travels_with_no_application_code() {
     assert!(text.starts_with("call:inventory@"), "{text}");
     assert!(text.contains(".attempt@"), "{text}");
     assert!(text.contains("..inventory@"), "{text}");
+    // Inventory's budget at arrival comes through the nesting exactly: what its handler was
+    // told, not a bound from the times.
+    let nested = Trace::decode(text.as_bytes());
+    let inventory = &nested.spans[0].children[0].children[0];
+    assert_eq!(inventory.name, "inventory");
+    assert_eq!(inventory.budget_ms, Some(told), "{text}");
 
     // Outside any deadline: no header, as reqwest alone.
     let body = client

@@ -18,8 +18,9 @@
 //! the error as the client read it; a gRPC stream's status comes from its trailers.
 //!
 //! A server that sends no trace still gets its status, time and body reported. The hop view is
-//! the core's ([`deadline::trace::hops`]): a callee's budget is only bounded there (the trace
-//! carries times, not budgets), and the output says so.
+//! the core's ([`deadline::trace::hops`]): every hop's budget at arrival is exact, as the hop
+//! wrote it in its trace; only a hop whose trace does not carry it (an older version) gets an
+//! upper bound from its caller's times, and the output marks it `≤`.
 
 use std::process::ExitCode;
 use std::time::Duration;

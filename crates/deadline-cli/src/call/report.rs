@@ -10,11 +10,11 @@ use deadline_http::enforce::SERVER_TIMING_HEADER;
 use super::{Answer, CallArgs, MAX_BODY, Plan, ms};
 use crate::stream_read as stream;
 
-/// `347 ms`, `≤ 347 ms` or `-20 ms`.
+/// `347 ms` (exact), `≤ 347 ms` (a bound) or `-20 ms`.
 pub(super) fn budget_text(budget: Option<Budget>) -> String {
     match budget {
         None => "-".to_owned(),
-        Some(Budget::Sent(ms)) => format!("{ms} ms"),
+        Some(Budget::Arrived(ms) | Budget::Sent(ms)) => format!("{ms} ms"),
         Some(Budget::AtMost(ms)) => format!("≤ {ms} ms"),
         Some(Budget::Over(ms)) => format!("-{ms} ms"),
     }
@@ -213,8 +213,9 @@ pub(super) fn report(
     {
         let _ = writeln!(
             out,
-            "≤: an upper bound, what the caller had left when it sent the request. The trace carries\n   \
-             times, not budgets: a caller sends less (less its margin, at most its per-attempt timeout)."
+            "≤: an upper bound, what the caller had left when it sent the request: this hop's trace does\n   \
+             not carry its budget at arrival (an older version). A caller sends less (less its margin,\n   \
+             at most its per-attempt timeout). Figures without ≤ are exact."
         );
     }
     if trace.dropped > 0 {
@@ -224,12 +225,26 @@ pub(super) fn report(
     out
 }
 
-/// One hop in `--json`: the core's fields and its headroom.
+/// One hop in `--json`: the core's fields, its headroom, and its budget as a plain number.
 #[derive(serde::Serialize)]
 struct HopJson<'a> {
     #[serde(flatten)]
     hop: &'a Hop,
     headroom: Option<Budget>,
+    /// The budget at arrival in ms (negative when a bound went below zero); null without one.
+    budget_ms: Option<i64>,
+    /// Whether `budget_ms` is exact (the hop's trace carries it, or it is what was sent to the
+    /// first hop) rather than an upper bound.
+    budget_exact: bool,
+}
+
+/// A budget as a signed number of ms: [`Budget::Over`] is below zero.
+fn signed_ms(budget: Budget) -> i64 {
+    let ms = i64::try_from(budget.ms()).unwrap_or(i64::MAX);
+    match budget {
+        Budget::Over(_) => -ms,
+        _ => ms,
+    }
 }
 
 /// The `--json` document.
@@ -297,6 +312,8 @@ pub(super) fn json<'a>(
             .map(|hop| HopJson {
                 hop,
                 headroom: hop.headroom(),
+                budget_ms: hop.budget.map(signed_ms),
+                budget_exact: hop.budget.is_some_and(Budget::is_exact),
             })
             .collect(),
         ran_out: hops

@@ -31,7 +31,7 @@ fn a_request_that_cannot_finish_behind_a_busy_worker_is_refused_at_once() {
     assert_eq!(shed.status, 503, "{shed:?}");
     assert_eq!(shed.header("retry-after"), Some("0"), "{shed:?}");
     let trace = shed.header("deadline-trace").expect("a trace");
-    assert!(trace.ends_with(".queue@0-0=shed"), "{trace}");
+    assert!(trace.ends_with(".queue@0-0=shed,^0=400"), "{trace}");
     assert!(shed.body.contains("shed"), "{shed:?}");
     assert!(
         shed.elapsed < Duration::from_millis(150),

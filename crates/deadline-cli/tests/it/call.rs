@@ -105,9 +105,9 @@ fn a_chain_that_runs_out_marks_the_last_hop() {
     let hops = json["hops"].as_array().unwrap();
     assert_eq!(
         hops[0]["budget"],
-        serde_json::json!({"kind": "sent", "ms": 1000})
+        serde_json::json!({"kind": "arrived", "ms": 1000})
     );
-    assert_eq!(hops[1]["budget"]["kind"], "at_most");
+    assert_eq!(hops[1]["budget"]["kind"], "arrived");
     assert_eq!(hops[2]["work"]["outcome"], "deadline");
     assert_eq!(hops[0]["calls"][0]["target"], "orders");
     assert_eq!(hops[1]["depth"], 1);
@@ -145,9 +145,114 @@ fn a_chain_in_time_marks_nobody() {
     assert_eq!(hop_names(&json), ["gateway", "orders", "inventory"]);
     assert_eq!(json["ran_out"], serde_json::json!([]));
     let headroom = &json["hops"][0]["headroom"];
-    assert_eq!(headroom["kind"], "sent");
+    assert_eq!(headroom["kind"], "arrived");
     assert!(headroom["ms"].as_u64().unwrap() > 1_000, "{headroom}");
     assert!(json["hops"][2]["work"]["ms"].as_u64().unwrap() >= 50);
+}
+
+/// The `budget_ms` of the first line of a `deadline service --log` file, once it is written.
+fn logged_budget(path: &std::path::Path) -> Option<u64> {
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = text.lines().next() {
+            let hold: Value = serde_json::from_str(line).expect("a JSON line");
+            return hold["budget_ms"].as_u64();
+        }
+        #[allow(clippy::disallowed_methods)] // polling a file another process writes
+        thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing logged in {}", path.display());
+}
+
+#[test]
+fn every_hop_shows_its_exact_budget_at_arrival() {
+    let dir = std::env::temp_dir().join(format!("deadline-it-exact-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (inventory_log, orders_log) = (dir.join("inventory.jsonl"), dir.join("orders.jsonl"));
+    let inventory = Service::start(&[
+        "--name",
+        "inventory",
+        "--work",
+        "30",
+        "--log",
+        inventory_log.to_str().unwrap(),
+    ]);
+    let orders = Service::start(&[
+        "--name",
+        "orders",
+        "--work",
+        "20",
+        "--downstream",
+        &format!("http://{}", inventory.addr),
+        "--downstream-name",
+        "inventory",
+        "--margin",
+        "200",
+        "--log",
+        orders_log.to_str().unwrap(),
+    ]);
+    let gateway = Service::start(&[
+        "--name",
+        "gateway",
+        "--work",
+        "20",
+        "--downstream",
+        &format!("http://{}", orders.addr),
+        "--downstream-name",
+        "orders",
+        "--margin",
+        "200",
+    ]);
+    let url = format!("http://{}/", gateway.addr);
+    let json = call_json(&["--budget", "3000", &url]);
+    assert_eq!(json["status"], 200);
+    assert_eq!(hop_names(&json), ["gateway", "orders", "inventory"]);
+    let hops = json["hops"].as_array().unwrap();
+    for hop in hops {
+        assert_eq!(hop["budget_exact"], true, "{hop}");
+        assert_eq!(hop["budget"]["kind"], "arrived", "{hop}");
+        assert_eq!(hop["budget"]["ms"], hop["budget_ms"], "{hop}");
+    }
+    let budget = |i: usize| hops[i]["budget_ms"].as_u64().unwrap();
+    assert_eq!(budget(0), 3000);
+    // Each callee's budget is the one it read and logged, not a bound from the times.
+    assert_eq!(Some(budget(1)), logged_budget(&orders_log));
+    assert_eq!(Some(budget(2)), logged_budget(&inventory_log));
+    // Each caller kept its 200 ms margin back.
+    assert!(budget(1) <= 3000 - 200, "{}", budget(1));
+    assert!(
+        budget(2) <= budget(1) - 200,
+        "{} after {}",
+        budget(2),
+        budget(1)
+    );
+    assert_eq!(json["trace"]["spans"][0]["budget_ms"], 3000);
+
+    // The table prints the same exact figures, with no bound anywhere.
+    let out = call(&["--budget", "3000", &url]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains('≤'), "{text}");
+    let table = &text[text.find("\nhop ").expect("a hop table")..text.find("\ntrace:").unwrap()];
+    for name in ["gateway", "orders", "inventory"] {
+        let line = table
+            .lines()
+            .find(|l| l.split_whitespace().any(|w| w == name))
+            .unwrap_or_else(|| panic!("no {name} line in {text}"));
+        // hop, arrived (`N ms`), budget (`N ms`): an exact figure, no bound sign.
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = words.iter().position(|w| *w == name).unwrap();
+        let shown: u64 = words[at + 3].parse().unwrap_or_else(|_| panic!("{line}"));
+        if name == "gateway" {
+            assert_eq!(shown, 3000, "{line}");
+        }
+    }
+    assert!(
+        text.contains("budget 3000 ms\n"),
+        "the tree shows it too: {text}"
+    );
+    drop((gateway, orders, inventory));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -104,3 +104,31 @@ fn non_utf8_input_is_decoded_not_refused() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["spans"][0]["name"], "b");
 }
+
+/// Each hop's budget at arrival, after the spans: drawn on the hop's line and given as
+/// `budget_ms` in the JSON; spans without one have no such key.
+#[test]
+fn budgets_at_arrival_are_drawn_and_in_the_json() {
+    let header = "gateway@0-40=200,.call:orders@1-39=200,..attempt@1-39=200,\
+                  ...orders@1-38=200,^0=1000,^3=949,+1";
+    let out = bin().args(["trace", header]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("gateway  0–40 ms (40 ms)  200  budget 1000 ms\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("└─ orders  1–38 ms (37 ms)  200  budget 949 ms\n"),
+        "{text}"
+    );
+
+    let out = bin().args(["trace", "--json", header]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let root = &json["spans"][0];
+    assert_eq!(root["budget_ms"], 1000);
+    let call = &root["children"][0];
+    assert!(call.get("budget_ms").is_none(), "{call}");
+    assert_eq!(call["children"][0]["children"][0]["budget_ms"], 949);
+    assert_eq!(json["dropped"], 1);
+}

@@ -2,8 +2,9 @@
 
 use http::HeaderValue;
 
+use super::MAX_OUTCOME_LEN;
 use super::token::is_tchar;
-use super::{MAX_DECODE_LEN, MAX_DEPTH, MAX_DIGITS, MAX_MS, MAX_NAME_LEN, MAX_OUTCOME_LEN};
+use super::{MAX_DECODE_LEN, MAX_DEPTH, MAX_DIGITS, MAX_INDEX_DIGITS, MAX_MS, MAX_NAME_LEN};
 use super::{MAX_SPANS, Span, Trace};
 use crate::header::trim;
 
@@ -14,8 +15,10 @@ impl Trace {
     /// Spaces and tabs around the whole value are ignored. Elements are read in order; at the
     /// first malformed one (a character outside the grammar, a name or outcome too long, more
     /// than ten digits, `end < start`, a root that is not at depth 0, a span more than one level
-    /// deeper than the one before it, an empty element, `+N` anywhere but last) decoding stops
-    /// and the spans read so far are returned. `dropped` is the `+N` if one was read, plus any
+    /// deeper than the one before it, an empty element, `+N` anywhere but last, a span after a
+    /// budget, a budget whose index is not that of a stored span or not above the previous
+    /// budget's) decoding stops and the spans read so far are returned, with the budgets read
+    /// so far given to them ([`Span::budget_ms`]). `dropped` is the `+N` if one was read, plus any
     /// valid spans beyond [`MAX_SPANS`] (these are counted, not stored), saturating at
     /// [`MAX_MS`]. Only the first 64 KiB of the input are looked at (cut back to the last comma
     /// in them, so no element is read half).
@@ -28,20 +31,34 @@ impl Trace {
     ///     Trace::from_span(Span::new("orders", 0, 30).with_outcome("ok").with_child(Span::new("work", 2, 29)))
     /// );
     /// assert_eq!(Trace::decode(b"\xff@@@,,,"), Trace::new());
+    ///
+    /// let trace = Trace::decode(b"orders@0-30=200,.work@2-29=ok,^0=950");
+    /// assert_eq!(trace.spans[0].budget_ms, Some(950));
     /// ```
     pub fn decode(input: &[u8]) -> Trace {
         let mut trace = Trace::new();
         let mut scan = Scan::new(input);
         let mut stored = 0usize;
         let mut extra = 0u64;
-        for element in &mut scan {
-            if stored < MAX_SPANS {
-                if !attach(&mut trace.spans, element.depth, element.to_span()) {
-                    break;
+        // Budgets come after every span, so they are kept by the span's index (in the order
+        // the spans were read) and given to the spans once the tree is whole.
+        let mut budgets = Budgets::default();
+        for item in &mut scan {
+            match item {
+                Item::Span(element) if stored < MAX_SPANS => {
+                    if !attach(&mut trace.spans, element.depth, element.to_span()) {
+                        break;
+                    }
+                    stored += 1;
                 }
-                stored += 1;
-            } else {
-                extra = extra.saturating_add(1);
+                Item::Span(_) => extra = extra.saturating_add(1),
+                Item::Budget { index, ms } => budgets.set(index, ms),
+            }
+        }
+        if !budgets.is_empty() {
+            let mut index = 0;
+            for root in &mut trace.spans {
+                budgets.give(root, &mut index);
             }
         }
         trace.dropped = extra.saturating_add(scan.plus()).min(MAX_MS);
@@ -77,9 +94,6 @@ fn token_len_ok(token: &[u8], max_len: usize) -> bool {
     (1..=max_len).contains(&token.len())
 }
 
-/// The comma-separated elements of a value.
-type Elements<'a> = std::str::Split<'a, char>;
-
 /// One valid `span` element, borrowed from the text it was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Element<'a> {
@@ -92,16 +106,101 @@ pub(crate) struct Element<'a> {
 }
 
 impl Element<'_> {
-    /// The element as a [`Span`] with no children: the one place decoding allocates.
+    /// The element as a [`Span`] with no children and no budget: the one place decoding
+    /// allocates.
     fn to_span(self) -> Span {
         Span {
             name: self.name.to_owned(),
             start_ms: self.start_ms,
             end_ms: self.end_ms,
             outcome: self.outcome.map(str::to_owned),
+            budget_ms: None,
             children: Vec::new(),
         }
     }
+}
+
+/// One valid element of a value, as [`Scan`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Item<'a> {
+    /// A `span` element.
+    Span(Element<'a>),
+    /// A `budget` element: the span at `index` (from 0, in the order the spans were read) had
+    /// `ms` at arrival. Only ever after every span, for a stored span, indices rising.
+    Budget { index: usize, ms: u64 },
+}
+
+// One bit per stored span.
+const _: () = assert!(MAX_SPANS <= 64);
+
+/// The budgets of a decoded trace's spans, by index, until they are given to the spans.
+pub(crate) struct Budgets {
+    /// Bit `i` set: `ms[i]` is span `i`'s budget.
+    set: u64,
+    ms: [u64; MAX_SPANS],
+}
+
+impl Default for Budgets {
+    fn default() -> Budgets {
+        Budgets {
+            set: 0,
+            ms: [0; MAX_SPANS],
+        }
+    }
+}
+
+impl Budgets {
+    /// Span `index` had `ms` at arrival (an index beyond [`MAX_SPANS`] is never given: the
+    /// reader only yields budgets of stored spans).
+    pub(crate) fn set(&mut self, index: usize, ms: u64) {
+        if let Some(slot) = self.ms.get_mut(index) {
+            *slot = ms;
+            self.set |= 1 << index;
+        }
+    }
+
+    /// Span `index`'s budget, if it had one.
+    pub(crate) fn get(&self, index: usize) -> Option<u64> {
+        let bit = 1u64.checked_shl(u32::try_from(index).ok()?)?;
+        (self.set & bit != 0)
+            .then(|| self.ms.get(index).copied())
+            .flatten()
+    }
+
+    /// Whether no span has a budget.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.set == 0
+    }
+
+    /// The indices and budgets, indices rising.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let mut set = self.set;
+        std::iter::from_fn(move || {
+            let index = usize::try_from(set.trailing_zeros()).ok()?;
+            let ms = self.ms.get(index).copied()?;
+            set &= set.checked_sub(1)?;
+            Some((index, ms))
+        })
+    }
+
+    /// Gives `span` and its descendants (in pre-order, the first being number `index`) their
+    /// budgets, and moves `index` past them. As deep as the decoder makes trees (at most
+    /// [`MAX_DEPTH`] levels).
+    fn give(&self, span: &mut Span, index: &mut usize) {
+        span.budget_ms = self.get(*index);
+        *index += 1;
+        for child in &mut span.children {
+            self.give(child, index);
+        }
+    }
+}
+
+/// Where a [`Scan`] is in a value: spans come first, then budgets, then at most a `+N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Spans,
+    Budgets,
+    Done,
 }
 
 /// The valid elements of a `Deadline-Trace` value, in order, without allocating: the reading
@@ -111,10 +210,21 @@ impl Element<'_> {
 /// It stops at the first malformed element; a `+N` read as the last element is kept for
 /// [`plus`](Scan::plus).
 pub(crate) struct Scan<'a> {
-    elements: std::iter::Peekable<Elements<'a>>,
+    /// The elements not read yet (`None` once the last one was taken).
+    rest: Option<&'a str>,
+    /// Where `rest` begins in the text, in bytes.
+    at: usize,
+    part: Part,
     previous_depth: Option<usize>,
+    /// Valid spans read so far (stored or not).
+    spans: usize,
+    /// The next budget's index must be at least this.
+    next_budget: usize,
+    /// Where the first budget element begins in the text, once read.
+    budgets_at: Option<usize>,
+    /// Where the text begins and ends in the input, in bytes.
+    text_in_input: (usize, usize),
     plus: u64,
-    done: bool,
     /// The text was cut before an element that is not UTF-8: its last element is then not the
     /// value's last, so a `+N` there is not read.
     cut: bool,
@@ -124,19 +234,39 @@ impl<'a> Scan<'a> {
     /// Scans `input`: its first 64 KiB (cut back to the last comma in them, so no element is
     /// read half), without the spaces and tabs around it.
     pub(crate) fn new(input: &'a [u8]) -> Scan<'a> {
-        let mut input = input;
-        if input.len() > MAX_DECODE_LEN {
-            let head = input.get(..MAX_DECODE_LEN).unwrap_or_default();
-            let cut = head.iter().rposition(|&b| b == b',').unwrap_or(0);
-            input = head.get(..cut).unwrap_or_default();
-        }
-        let (text, cut) = whole_elements(trim(input));
+        let (text, cut, start) = scanned_text(input);
         Scan {
-            elements: text.split(',').peekable(),
+            rest: (!text.is_empty()).then_some(text),
+            at: 0,
+            part: Part::Spans,
             previous_depth: None,
+            spans: 0,
+            next_budget: 0,
+            budgets_at: None,
+            text_in_input: (start, start + text.len()),
             plus: 0,
-            done: text.is_empty(),
             cut,
+        }
+    }
+
+    /// The budget elements alone: `section` is the part of a value from its first budget
+    /// element to the end of what a scan of it read (see [`budgets`](Scan::budgets)), after
+    /// `spans` valid spans. It yields what that scan read there, without reading the spans
+    /// again.
+    pub(crate) fn budgets_only(section: &'a [u8], spans: usize) -> Scan<'a> {
+        // A slice of text the scan already checked, cut at commas: UTF-8, ASCII in fact.
+        let text = std::str::from_utf8(section).unwrap_or_default();
+        Scan {
+            rest: (!text.is_empty()).then_some(text),
+            at: 0,
+            part: Part::Budgets,
+            previous_depth: None,
+            spans,
+            next_budget: 0,
+            budgets_at: Some(0),
+            text_in_input: (0, text.len()),
+            plus: 0,
+            cut: false,
         }
     }
 
@@ -144,6 +274,38 @@ impl<'a> Scan<'a> {
     pub(crate) fn plus(&self) -> u64 {
         self.plus
     }
+
+    /// Where the budgets are in the input, in bytes, if one was read: from the first budget
+    /// element to the end of the text read, for [`budgets_only`](Scan::budgets_only).
+    pub(crate) fn budgets(&self) -> Option<std::ops::Range<usize>> {
+        let (start, end) = self.text_in_input;
+        self.budgets_at.map(|at| start + at..end)
+    }
+
+    /// Valid spans read so far (stored or not).
+    pub(crate) fn spans(&self) -> usize {
+        self.spans
+    }
+}
+
+/// The text [`Scan`] reads of `input`, whether it was cut before an element that is not UTF-8,
+/// and where it begins in `input`.
+fn scanned_text(input: &[u8]) -> (&str, bool, usize) {
+    let mut input = input;
+    if input.len() > MAX_DECODE_LEN {
+        let head = input.get(..MAX_DECODE_LEN).unwrap_or_default();
+        let cut = head.iter().rposition(|&b| b == b',').unwrap_or(0);
+        input = head.get(..cut).unwrap_or_default();
+    }
+    let trimmed = trim(input);
+    // `trim` cuts spaces and tabs off both ends: what it cut at the start is what precedes.
+    let start = input
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count()
+        .min(input.len() - trimmed.len());
+    let (text, cut) = whole_elements(trimmed);
+    (text, cut, start)
 }
 
 /// `input` as text, checked once: all of it when it is UTF-8, else the elements before the one
@@ -166,26 +328,61 @@ fn whole_elements(input: &[u8]) -> (&str, bool) {
 }
 
 impl<'a> Iterator for Scan<'a> {
-    type Item = Element<'a>;
+    type Item = Item<'a>;
 
-    fn next(&mut self) -> Option<Element<'a>> {
-        if self.done {
+    fn next(&mut self) -> Option<Item<'a>> {
+        if self.part == Part::Done {
             return None;
         }
-        let element = self.next_element();
-        self.done = element.is_none();
-        element
+        let item = self.next_item();
+        if item.is_none() {
+            self.part = Part::Done;
+        }
+        item
     }
 }
 
 impl<'a> Scan<'a> {
-    fn next_element(&mut self) -> Option<Element<'a>> {
-        let element = self.elements.next()?;
+    /// The next element's text, and whether it is the value's last.
+    fn take_element(&mut self) -> Option<(&'a str, usize, bool)> {
+        let rest = self.rest?;
+        let at = self.at;
+        match rest.split_once(',') {
+            Some((element, rest)) => {
+                self.rest = Some(rest);
+                self.at += element.len() + 1;
+                Some((element, at, false))
+            }
+            None => {
+                self.rest = None;
+                Some((rest, at, true))
+            }
+        }
+    }
+
+    fn next_item(&mut self) -> Option<Item<'a>> {
+        let (element, at, last) = self.take_element()?;
         if let Some(digits) = element.strip_prefix('+') {
             // `+N` must be the last element.
-            if self.elements.peek().is_none() && !self.cut {
+            if last && !self.cut {
                 self.plus = parse_number(digits.as_bytes()).unwrap_or(0);
             }
+            return None;
+        }
+        if let Some(budget) = element.strip_prefix('^') {
+            // A budget for a stored span, after every span, indices rising.
+            let (index, ms) = parse_budget(budget)?;
+            if index < self.next_budget || index >= self.spans.min(MAX_SPANS) {
+                return None;
+            }
+            if self.part == Part::Spans {
+                self.part = Part::Budgets;
+                self.budgets_at = Some(at);
+            }
+            self.next_budget = index + 1;
+            return Some(Item::Budget { index, ms });
+        }
+        if self.part != Part::Spans {
             return None;
         }
         let element = parse_span(element)?;
@@ -197,8 +394,19 @@ impl<'a> Scan<'a> {
             return None;
         }
         self.previous_depth = Some(element.depth);
-        Some(element)
+        self.spans += 1;
+        Some(Item::Span(element))
     }
+}
+
+/// The part of a `budget` element after its `^`: `index "=" ms`.
+fn parse_budget(budget: &str) -> Option<(usize, u64)> {
+    let (index, ms) = budget.split_once('=')?;
+    if !(1..=MAX_INDEX_DIGITS).contains(&index.len()) {
+        return None;
+    }
+    let index = usize::try_from(parse_number(index.as_bytes())?).ok()?;
+    Some((index, parse_number(ms.as_bytes())?))
 }
 
 /// One `span` element. Each part is taken as the longest run of the bytes it may hold, so an

@@ -4,7 +4,8 @@ use std::fmt;
 
 use super::{Span, Trace};
 
-/// A readable tree, one line per span: `name  start–end ms (duration ms)  outcome`, children
+/// A readable tree, one line per span: `name  start–end ms (duration ms)  outcome`, then
+/// `budget N ms` on a hop's root span that carries its budget at arrival; children
 /// indented under their parent with `├─ `, `└─ ` and `│  `, then `… and N more spans` when spans
 /// were dropped. An empty trace is `(empty trace)`. Every line ends with a newline.
 impl fmt::Display for Trace {
@@ -43,8 +44,11 @@ impl fmt::Display for Trace {
                 span.end_ms,
                 span.end_ms.saturating_sub(span.start_ms)
             )?;
-            match &span.outcome {
-                Some(outcome) => writeln!(f, "  {outcome}")?,
+            if let Some(outcome) = &span.outcome {
+                write!(f, "  {outcome}")?;
+            }
+            match span.budget_ms {
+                Some(ms) => writeln!(f, "  budget {ms} ms")?,
                 None => writeln!(f)?,
             }
             let child_indent = match last {

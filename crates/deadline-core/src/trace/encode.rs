@@ -8,6 +8,7 @@ use std::borrow::Cow;
 
 use http::HeaderValue;
 
+use super::decode::Budgets;
 use super::name::ATTEMPT;
 use super::token::{is_token, sanitize_name};
 use super::{CallSpan, Recorded, Span, Trace};
@@ -77,6 +78,8 @@ pub(crate) struct Fields<'a> {
     pub(crate) start_ms: u64,
     pub(crate) end_ms: u64,
     pub(crate) outcome: Option<&'a str>,
+    /// The hop's budget at arrival, written after every span as a `budget` element.
+    pub(crate) budget_ms: Option<u64>,
 }
 
 /// Where the caps cut a trace: found by counting its elements per level, then applied while
@@ -143,16 +146,20 @@ impl Caps {
         }
     }
 
-    /// Pass 2: writes the kept spans in pre-order, then the `+N`. Pre-order meets the spans of
-    /// one level in the same left-to-right order as breadth-first does, so the first `partial`
-    /// spans met at level `full_levels` are exactly the ones breadth-first kept; and every
-    /// ancestor of a kept span is at a lower level, so kept too.
+    /// Pass 2: writes the kept spans in pre-order, then the budgets of those that have one (by
+    /// their index among the kept spans), then the `+N`. Pre-order meets the spans of one level
+    /// in the same left-to-right order as breadth-first does, so the first `partial` spans met
+    /// at level `full_levels` are exactly the ones breadth-first kept; and every ancestor of a
+    /// kept span is at a lower level, so kept too. A dropped span's budget goes with it.
     pub(crate) fn write<S: Sink>(&self, out: &mut S, walk: &dyn Fn(&mut dyn Visit)) {
         struct Write<'a, S> {
             out: &'a mut S,
             full_levels: usize,
             partial: usize,
             partial_seen: usize,
+            /// Spans written so far: the index of the next one.
+            written: usize,
+            budgets: Budgets,
         }
         impl<S: Sink> Visit for Write<'_, S> {
             fn element(&mut self, depth: usize, f: Fields<'_>) {
@@ -163,6 +170,10 @@ impl Caps {
                         self.partial_seen += 1;
                     }
                     write_element(self.out, depth, f.name, f.start_ms, f.end_ms, f.outcome);
+                    if let Some(ms) = f.budget_ms {
+                        self.budgets.set(self.written, ms);
+                    }
+                    self.written += 1;
                 }
             }
             fn dropped(&mut self, _: u64) {}
@@ -172,8 +183,13 @@ impl Caps {
             full_levels: self.full_levels,
             partial: self.partial,
             partial_seen: 0,
+            written: 0,
+            budgets: Budgets::default(),
         };
         walk(&mut write);
+        for (index, ms) in write.budgets.iter() {
+            write_budget(write.out, index, ms);
+        }
         if self.dropped > 0 {
             write_dropped(write.out, self.dropped);
         }
@@ -206,6 +222,7 @@ fn span_fields(span: &Span) -> Fields<'_> {
         start_ms: span.start_ms,
         end_ms: span.end_ms,
         outcome: span.outcome.as_deref(),
+        budget_ms: span.budget_ms,
     }
 }
 
@@ -220,6 +237,7 @@ pub(crate) fn walk_call(call: &CallSpan, depth: usize, visit: &mut dyn Visit) {
             start_ms: call.start_ms,
             end_ms: call.end_ms,
             outcome: Some(call.outcome.as_str()),
+            budget_ms: None,
         },
     );
     for attempt in call.attempts.iter() {
@@ -234,12 +252,17 @@ pub(crate) fn walk_call(call: &CallSpan, depth: usize, visit: &mut dyn Visit) {
                 start_ms,
                 end_ms,
                 outcome: Some(attempt.outcome.as_str()),
+                budget_ms: None,
             },
         );
         let Some(callee) = &attempt.callee else {
             continue;
         };
-        for element in callee.elements() {
+        // The callee's budgets, indices rising, beside its spans: a budget is a budget, not a
+        // time, so it is neither shifted nor held inside the attempt.
+        let mut budgets = callee.budgets().peekable();
+        for (index, element) in callee.elements().enumerate() {
+            let budget_ms = budgets.next_if(|&(i, _)| i == index).map(|(_, ms)| ms);
             visit.element(
                 depth + 2 + element.depth,
                 Fields {
@@ -247,6 +270,7 @@ pub(crate) fn walk_call(call: &CallSpan, depth: usize, visit: &mut dyn Visit) {
                     start_ms: element.start_ms.saturating_add(start_ms).min(end_ms),
                     end_ms: element.end_ms.saturating_add(start_ms).min(end_ms),
                     outcome: element.outcome,
+                    budget_ms,
                 },
             );
         }
@@ -342,6 +366,18 @@ pub(crate) fn write_element(
         out.push(b'=');
         out.put(token(outcome, MAX_OUTCOME_LEN).as_bytes());
     }
+}
+
+/// One `budget` element, `^index=ms`, with the comma before it: the span written `index`th
+/// (from 0) had `ms` at arrival (saturating at [`MAX_MS`]).
+pub(crate) fn write_budget(out: &mut impl Sink, index: usize, ms: u64) {
+    if !out.is_empty() {
+        out.push(b',');
+    }
+    out.push(b'^');
+    write_number(out, u64::try_from(index).unwrap_or(u64::MAX));
+    out.push(b'=');
+    write_number(out, ms.min(MAX_MS));
 }
 
 /// Decimal digits of `n`, without going through `fmt` (encoding is on every response).

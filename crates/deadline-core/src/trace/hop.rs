@@ -8,21 +8,26 @@
 
 use http::HeaderValue;
 
-use super::encode::{Caps, Fields, Visit, walk_recorded, write_element};
+use super::encode::{Caps, Fields, Visit, walk_recorded, write_budget, write_element};
 use super::name::{QUEUE, WORK};
 use super::outcome::{DEADLINE, SHED};
-use super::{MAX_DEPTH, MAX_ENCODED_LEN, MAX_NAME_LEN, MAX_OUTCOME_LEN, Recorded, Span, Trace};
+use super::{MAX_DEPTH, MAX_DIGITS, MAX_ENCODED_LEN, MAX_INDEX_DIGITS, MAX_NAME_LEN};
+use super::{MAX_OUTCOME_LEN, Recorded, Span, Trace};
 use crate::decimal::StackBuf;
 
 /// Traces of at most this many spans are written into the smaller buffer.
 const SMALL_SPANS: usize = 12;
 
-/// The longest trace of [`SMALL_SPANS`] spans: each at most 63 bytes, 15 dots and a comma, then
-/// `,+` and a ten-digit dropped count.
-const SMALL_LEN: usize = SMALL_SPANS * (MAX_NAME_LEN + MAX_OUTCOME_LEN + 23 + MAX_DEPTH) + 12;
+/// The longest trace of [`SMALL_SPANS`] spans: each at most 63 bytes, 15 dots and a comma, and
+/// a budget of at most 15 bytes (`,^NN=` and ten digits), then `,+` and a ten-digit dropped
+/// count.
+const SMALL_LEN: usize = SMALL_SPANS
+    * (MAX_NAME_LEN + MAX_OUTCOME_LEN + 23 + MAX_DEPTH + 3 + MAX_INDEX_DIGITS + MAX_DIGITS)
+    + 12;
 
 /// A hop's own spans for one request: a root named after the hop from its arrival (0) to the
-/// answer (`end_ms`), ending with the answer's status, and under it what [`HopWork`] says.
+/// answer (`end_ms`), ending with the answer's status and carrying the hop's budget at arrival,
+/// and under it what [`HopWork`] says.
 ///
 /// ```
 /// use deadline_core::trace::{HopTrace, HopWork, Recorded, Span};
@@ -31,13 +36,17 @@ const SMALL_LEN: usize = SMALL_SPANS * (MAX_NAME_LEN + MAX_OUTCOME_LEN + 23 + MA
 ///     name: "inventory",
 ///     end_ms: 590,
 ///     status: "504",
+///     budget_ms: Some(600),
 ///     work: HopWork::Worked { start_ms: 0, end_ms: 590, outcome: "deadline" },
 /// };
-/// assert_eq!(hop.to_header_value(&[], 0), "inventory@0-590=504,.queue@0-0,.work@0-590=deadline");
+/// assert_eq!(
+///     hop.to_header_value(&[], 0),
+///     "inventory@0-590=504,.queue@0-0,.work@0-590=deadline,^0=600"
+/// );
 /// let call = Recorded::Span(Span::new("call:orders", 2, 580).with_outcome("504"));
 /// assert_eq!(
 ///     hop.to_header_value(&[call], 1),
-///     "inventory@0-590=504,.queue@0-0,.work@0-590=deadline,.call:orders@2-580=504,+1"
+///     "inventory@0-590=504,.queue@0-0,.work@0-590=deadline,.call:orders@2-580=504,^0=600,+1"
 /// );
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +57,9 @@ pub struct HopTrace<'a> {
     pub end_ms: u64,
     /// The answer's status code, e.g. `200` or `504`.
     pub status: &'a str,
+    /// The hop's budget at arrival in ms, as it read it from its caller's request (after
+    /// clamping; 0 for a budget already spent): `None` when the request had no deadline.
+    pub budget_ms: Option<u64>,
     /// What the request did at the hop before the answer.
     pub work: HopWork<'a>,
 }
@@ -89,7 +101,8 @@ impl HopTrace<'_> {
     /// `recorded` are written from their text, not decoded.
     pub fn to_header_value(&self, recorded: &[Recorded], dropped: u64) -> HeaderValue {
         if recorded.is_empty() && dropped == 0 {
-            // At most three spans of at most 63 bytes, two dots and two commas: 193 bytes.
+            // At most three spans of at most 63 bytes, two dots and two commas, and a budget of
+            // at most 15 bytes: 208 bytes.
             let mut out = StackBuf::<256>::new();
             self.write_own(&mut out);
             if let Some(value) = out.as_bytes().and_then(|b| HeaderValue::from_bytes(b).ok()) {
@@ -123,6 +136,7 @@ impl HopTrace<'_> {
     /// under it (the callees' traces decoded).
     pub fn to_trace(&self, recorded: Vec<Recorded>, dropped: u64) -> Trace {
         let mut root = Span::new(self.name, 0, self.end_ms).with_outcome(self.status);
+        root.budget_ms = self.budget_ms;
         match self.work {
             HopWork::None => {}
             HopWork::GaveUp { queued_ms } => {
@@ -158,8 +172,13 @@ impl HopTrace<'_> {
             start_ms,
             end_ms,
             outcome,
+            budget_ms: None,
         };
-        visit.element(0, field(self.name, 0, self.end_ms, Some(self.status)));
+        let root = Fields {
+            budget_ms: self.budget_ms,
+            ..field(self.name, 0, self.end_ms, Some(self.status))
+        };
+        visit.element(0, root);
         match self.work {
             HopWork::None => {}
             HopWork::GaveUp { queued_ms } => {
@@ -179,7 +198,8 @@ impl HopTrace<'_> {
         }
     }
 
-    /// The hop's own spans, in the order and shape [`Trace::encode`] writes them.
+    /// The hop's own spans and its budget, in the order and shape [`Trace::encode`] writes
+    /// them.
     fn write_own(&self, out: &mut StackBuf<256>) {
         write_element(out, 0, self.name, 0, self.end_ms, Some(self.status));
         match self.work {
@@ -198,6 +218,9 @@ impl HopTrace<'_> {
                 write_element(out, 1, QUEUE, 0, start_ms, None);
                 write_element(out, 1, WORK, start_ms, end_ms, Some(outcome));
             }
+        }
+        if let Some(ms) = self.budget_ms {
+            write_budget(out, 0, ms);
         }
     }
 }
@@ -236,12 +259,13 @@ mod tests {
             },
         ];
         for name in names {
-            for end_ms in [590, u64::MAX] {
+            for (end_ms, budget_ms) in [(590, Some(600)), (u64::MAX, None), (3, Some(u64::MAX))] {
                 for work in works {
                     let hop = HopTrace {
                         name,
                         end_ms,
                         status: "504",
+                        budget_ms,
                         work,
                     };
                     let mut out = StackBuf::<256>::new();
@@ -260,6 +284,7 @@ mod tests {
             name: "orders",
             end_ms: 40,
             status: "200",
+            budget_ms: Some(45),
             work: HopWork::Worked {
                 start_ms: 1,
                 end_ms: 39,
@@ -271,11 +296,11 @@ mod tests {
         )];
         assert_eq!(
             hop.to_header_value(&calls, 2),
-            "orders@0-40=200,.queue@0-1,.work@1-39=ok,.call:inventory@2-30=200,+2"
+            "orders@0-40=200,.queue@0-1,.work@1-39=ok,.call:inventory@2-30=200,^0=45,+2"
         );
         assert_eq!(
             hop.to_header_value(&[], 3),
-            "orders@0-40=200,.queue@0-1,.work@1-39=ok,+3"
+            "orders@0-40=200,.queue@0-1,.work@1-39=ok,^0=45,+3"
         );
     }
 }

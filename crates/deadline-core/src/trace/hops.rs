@@ -9,13 +9,18 @@
 //!
 //! # What the budget column can and cannot say
 //!
-//! The trace carries times, not budgets. The first hop's budget is the one its caller sent,
-//! which the caller knows ([`Budget::Sent`]). A callee's budget is not on the wire: what the
-//! trace does show is when its caller sent the attempt, so the caller's own budget less the
-//! time it had already spent is an upper bound ([`Budget::AtMost`]): the budget that arrived was
-//! smaller by the caller's transit margin and the truncation to whole milliseconds, and no larger
-//! than the caller's per-attempt timeout, none of which the trace records. The bound can be
-//! loose (an attempt capped at 1 s by its timeout, sent with 1.9 s left, shows `≤ 1900`). The
+//! Every hop writes its budget at arrival on its root span ([`Span::budget_ms`]), so a hop's
+//! budget is exact ([`Budget::Arrived`]): what that hop read from its caller's request, after
+//! clamping, and its headroom is exact too.
+//!
+//! A hop whose root carries no budget either had no deadline or wrote its trace with a version
+//! that predates budgets in the trace. Then, as before, the first hop's budget is the one its
+//! caller sent, which the caller knows ([`Budget::Sent`]); and a callee's is bounded by the
+//! trace's times: it shows when the caller sent the attempt, so the caller's own budget less
+//! the time it had already spent is an upper bound ([`Budget::AtMost`]): the budget that arrived
+//! was smaller by the caller's transit margin and the truncation to whole milliseconds, and no
+//! larger than the caller's per-attempt timeout, none of which the times record. The bound can
+//! be loose (an attempt capped at 1 s by its timeout, sent with 1.9 s left, shows `≤ 1900`). The
 //! headroom of such a hop is an upper bound too.
 //!
 //! # The hop that ran out
@@ -34,12 +39,25 @@
 //!     b"gateway@0-303=504,.queue@0-0,.work@0-303=deadline,.call:orders@53-303=504,\
 //!       ..attempt@53-303=504,...orders@53-296=504,....queue@53-53,....work@53-296=deadline",
 //! );
-//! let hops = hops(&trace, Some(400));
-//! assert_eq!(hops.len(), 2);
-//! assert_eq!(hops[0].budget, Some(Budget::Sent(400)));
-//! assert_eq!(hops[1].budget, Some(Budget::AtMost(347)));
-//! assert_eq!(hops[1].headroom(), Some(Budget::AtMost(104)));
-//! assert!(!hops[0].ran_out && hops[1].ran_out);
+//! // A trace from hops that predate budgets in the trace: the callee's budget is a bound.
+//! let bounded = hops(&trace, Some(400));
+//! assert_eq!(bounded.len(), 2);
+//! assert_eq!(bounded[0].budget, Some(Budget::Sent(400)));
+//! assert_eq!(bounded[1].budget, Some(Budget::AtMost(347)));
+//! assert_eq!(bounded[1].headroom(), Some(Budget::AtMost(104)));
+//! assert!(!bounded[0].ran_out && bounded[1].ran_out);
+//!
+//! // The same chain, each hop writing its budget at arrival (`^INDEX=MS`): exact figures.
+//! let trace = Trace::decode(
+//!     b"gateway@0-303=504,.queue@0-0,.work@0-303=deadline,.call:orders@53-303=504,\
+//!       ..attempt@53-303=504,...orders@53-296=504,....queue@53-53,....work@53-296=deadline,\
+//!       ^0=400,^5=247",
+//! );
+//! let exact = hops(&trace, Some(400));
+//! assert_eq!(exact[0].budget, Some(Budget::Arrived(400)));
+//! assert_eq!(exact[1].budget, Some(Budget::Arrived(247)));
+//! assert_eq!(exact[1].headroom(), Some(Budget::Arrived(4)));
+//! assert!(exact.iter().all(|hop| hop.budget.is_some_and(Budget::is_exact)));
 //! ```
 
 use super::name::{ATTEMPT, CALL_PREFIX, QUEUE, WORK};
@@ -55,8 +73,11 @@ use super::{Span, Trace};
     serde(tag = "kind", content = "ms", rename_all = "snake_case")
 )]
 pub enum Budget {
+    /// Exactly this many ms: the budget the hop read on arrival, as its trace carries it (or
+    /// that less the hop's duration, for headroom).
+    Arrived(u64),
     /// Exactly this many ms: the budget the caller of the first hop sent (or that less the hop's
-    /// duration, for headroom).
+    /// duration, for headroom), for a first hop whose trace does not carry its own.
     Sent(u64),
     /// At most this many ms: what the hop's caller had left when it sent the attempt.
     AtMost(u64),
@@ -69,14 +90,22 @@ impl Budget {
     /// The number of ms, whatever the kind (for [`Budget::Over`], how far over).
     pub fn ms(self) -> u64 {
         match self {
-            Budget::Sent(ms) | Budget::AtMost(ms) | Budget::Over(ms) => ms,
+            Budget::Arrived(ms) | Budget::Sent(ms) | Budget::AtMost(ms) | Budget::Over(ms) => ms,
         }
+    }
+
+    /// Whether the figure is exact ([`Budget::Arrived`] or [`Budget::Sent`]), not a bound.
+    pub fn is_exact(self) -> bool {
+        matches!(self, Budget::Arrived(_) | Budget::Sent(_))
     }
 
     /// `self` less `ms`, kind kept; [`Budget::Over`] when `ms` is larger.
     fn less(self, ms: u64) -> Budget {
         match self {
-            Budget::Sent(b) | Budget::AtMost(b) if b < ms => Budget::Over(ms - b),
+            Budget::Arrived(b) | Budget::Sent(b) | Budget::AtMost(b) if b < ms => {
+                Budget::Over(ms - b)
+            }
+            Budget::Arrived(b) => Budget::Arrived(b - ms),
             Budget::Sent(b) => Budget::Sent(b - ms),
             Budget::AtMost(b) => Budget::AtMost(b - ms),
             Budget::Over(o) => Budget::Over(o.saturating_add(ms)),
@@ -86,7 +115,7 @@ impl Budget {
     /// What a callee sent an attempt `after` ms into this budget could have had at most.
     fn for_callee(self, after: u64) -> Budget {
         match self.less(after) {
-            Budget::Sent(b) => Budget::AtMost(b),
+            Budget::Arrived(b) | Budget::Sent(b) => Budget::AtMost(b),
             other => other,
         }
     }
@@ -109,7 +138,8 @@ pub struct Hop {
     pub end_ms: u64,
     /// The status it answered with (its root span's outcome).
     pub status: Option<String>,
-    /// Its budget at arrival, as far as the trace tells; `None` if the first hop got none.
+    /// Its budget at arrival: exact when its trace carries it, else as far as the times tell;
+    /// `None` if the first hop got none and the trace carries none.
     pub budget: Option<Budget>,
     /// How long it waited for a worker slot, and how that ended (`deadline` if it gave up).
     pub queue: Option<Phase>,
@@ -172,8 +202,9 @@ impl Hop {
     }
 }
 
-/// The hops of `trace` in pre-order (a caller before its callees), the first hop's budget being
-/// `sent_ms` (what its caller sent, if anything).
+/// The hops of `trace` in pre-order (a caller before its callees). A hop's budget is the one its
+/// root span carries; without one, the first hop's is `sent_ms` (what its caller sent, if
+/// anything) and a callee's is bounded by its caller's.
 pub fn hops(trace: &Trace, sent_ms: Option<u64>) -> Vec<Hop> {
     let mut out = Vec::new();
     for root in &trace.spans {
@@ -199,6 +230,7 @@ fn walk(
     out: &mut Vec<Hop>,
 ) {
     let index = out.len();
+    let budget = span.budget_ms.map(Budget::Arrived).or(budget);
     let phase = |s: &Span| Phase {
         ms: s.end_ms.saturating_sub(s.start_ms),
         outcome: s.outcome.clone(),
@@ -336,6 +368,30 @@ mod tests {
         );
         assert_eq!(hops[0].headroom(), Some(Budget::Over(20)));
         assert_eq!(hops[1].budget, Some(Budget::Over(10)));
+    }
+
+    #[test]
+    fn carried_budgets_are_exact_and_a_hop_without_one_keeps_the_bound() {
+        // Orders (a previous version) carries no budget; inventory does. Orders' bound comes
+        // from the gateway's exact budget; inventory's own figure replaces any bound.
+        let trace = decode(
+            "gateway@0-303=504,.work@0-303=deadline,.call:orders@53-303=504,\
+             ..attempt@53-303=504,...orders@53-296=504,....work@53-296=deadline,\
+             ....call:inventory@155-296=504,.....attempt@155-296=504,\
+             ......inventory@155-289=504,.......work@155-289=deadline,^0=390,^8=120",
+        );
+        let hops = hops(&trace, Some(400));
+        let budgets: Vec<_> = hops.iter().map(|h| h.budget).collect();
+        assert_eq!(
+            budgets,
+            [
+                Some(Budget::Arrived(390)),
+                Some(Budget::AtMost(337)),
+                Some(Budget::Arrived(120)),
+            ]
+        );
+        assert_eq!(hops[2].headroom(), Some(Budget::Over(14)));
+        assert!(hops[0].budget.unwrap().is_exact() && !hops[1].budget.unwrap().is_exact());
     }
 
     #[test]

@@ -10,13 +10,20 @@
 //! ([`Trace::nest_within`]): a callee's spans cannot claim time before the attempt was sent or
 //! after its answer came, only tell how it spent the attempt.
 //!
+//! Each hop also writes its **budget at arrival** on its root span ([`Span::budget_ms`]): the
+//! whole milliseconds it read from its caller's request, after clamping (absent when it had no
+//! deadline). A budget is not a time, so shifting and nesting leave it as it is, and the edge
+//! knows every hop's budget exactly ([`hops`] reads it), not only bounds from the times.
+//!
 //! This module holds the value types and the codec only: it does no I/O and reads no clock.
 //!
 //! # Grammar
 //!
 //! ```abnf
 //! trace    = element *( "," element )
-//! element  = span / dropped        ; `dropped` may only be the last element
+//! element  = span / budget / dropped
+//!                                  ; every span first, then the budgets,
+//!                                  ; then at most one `dropped`, last
 //! span     = depth name "@" start "-" end [ "=" outcome ]
 //! depth    = *15"."                ; nesting level; 0 for a root;
 //!                                  ; at most one deeper than the previous span
@@ -25,13 +32,20 @@
 //! tchar    = ALPHA / DIGIT / "_" / "-" / ":"
 //! start    = 1*10DIGIT             ; ms since this hop received the request
 //! end      = 1*10DIGIT             ; end >= start
+//! budget   = "^" index "=" 1*10DIGIT
+//!                                  ; the budget at arrival, in ms, of a hop
+//!                                  ; whose root span is number `index`
+//! index    = 1*2DIGIT              ; from 0, counting the spans of this value
+//!                                  ; in the order written; each budget's index
+//!                                  ; is above the previous one's
 //! dropped  = "+" 1*10DIGIT         ; spans not kept
 //! ```
 //!
 //! The first span is a root (no dots). Spans are written in pre-order (a parent before its
 //! children), and a span's dot count is its nesting level, so the span's parent is the nearest
 //! earlier span one level up. An empty trace is the empty string; a trace whose spans were all
-//! dropped is just `+N`.
+//! dropped is just `+N`. Budgets follow the spans, each naming its span by position:
+//! `orders@0-40=200,.work@1-39=ok,^0=950` is a hop `orders` that arrived with 950 ms.
 //!
 //! ## Worked example
 //!
@@ -78,10 +92,11 @@
 //! let inventory = Trace::from_span(
 //!     Span::new("inventory", 0, 941)
 //!         .with_outcome("504")
+//!         .with_budget_ms(941)
 //!         .with_child(Span::new("work", 0, 940).with_outcome("deadline")),
 //! );
 //! let header = inventory.to_header_value();
-//! assert_eq!(header, "inventory@0-941=504,.work@0-940=deadline");
+//! assert_eq!(header, "inventory@0-941=504,.work@0-940=deadline,^0=941");
 //!
 //! // Orders worked 20 ms, sent its only attempt at 21 ms on its clock and got the 504 at
 //! // 963 ms. It moves inventory's spans onto its own clock, held inside the attempt, and
@@ -99,6 +114,7 @@
 //! orders.spans.push(
 //!     Span::new("orders", 0, 964)
 //!         .with_outcome("504")
+//!         .with_budget_ms(1000)
 //!         .with_child(Span::new("work", 0, 20).with_outcome("ok"))
 //!         .with_child(Span::new("call:inventory", 21, 963).with_outcome("504").with_child(attempt)),
 //! );
@@ -106,7 +122,7 @@
 //! assert_eq!(
 //!     header,
 //!     "orders@0-964=504,.work@0-20=ok,.call:inventory@21-963=504,..attempt@21-963=504,\
-//!      ...inventory@21-962=504,....work@21-961=deadline"
+//!      ...inventory@21-962=504,....work@21-961=deadline,^0=1000,^4=941"
 //! );
 //!
 //! // The gateway sent its attempt to orders 1 ms after it received the user's request.
@@ -116,15 +132,38 @@
 //! gateway.spans.push(
 //!     Span::new("gateway", 0, 967)
 //!         .with_outcome("504")
+//!         .with_budget_ms(1002)
 //!         .with_child(Span::new("call:orders", 1, 966).with_outcome("504").with_child(attempt)),
 //! );
 //! assert_eq!(
 //!     gateway.encode(),
 //!     "gateway@0-967=504,.call:orders@1-966=504,..attempt@1-966=504,...orders@1-965=504,\
 //!      ....work@1-21=ok,....call:inventory@22-964=504,.....attempt@22-964=504,\
-//!      ......inventory@22-963=504,.......work@22-962=deadline"
+//!      ......inventory@22-963=504,.......work@22-962=deadline,^0=1002,^3=1000,^7=941"
 //! );
 //! ```
+//!
+//! Every budget is still the one its hop read, now numbered among the gateway's spans. The
+//! times were moved and held inside the attempts; the budgets were not.
+//!
+//! # Versions: how the grammar grows, and why older readers are safe
+//!
+//! The value has no version number. It grows only by new kinds of element written **after
+//! every span**, never by changing how a span is written, and the reading rule makes that
+//! safe: a reader goes through the elements in order and stops at the first one it cannot
+//! read, keeping everything before it (see [`Trace::decode`]). Budgets came that way: a reader
+//! from before them stops at the first `^` element, having read every span with its name,
+//! times, outcome and nesting exactly as this version reads it. What it misses is the budgets,
+//! and, when the value also ends with `+N`, that count (it stops before reaching it, so it
+//! shows no "and N more spans" line for a trace that was cut); it never gets a wrong span. Its
+//! hop view falls back to bounds from the times, as before. Budgets written on the span itself
+//! (`orders@0-40=200^950`) would have made that reader reject the first root span and
+//! everything after it. The other way round, a trace without budgets (from an older writer)
+//! is read by this version exactly as before, with no budgets: its hops are bounded, not exact.
+//!
+//! A later extension follows the same rule: an element whose first byte is none of a span's
+//! nor `^` nor `+`, placed after the budgets and before the `+N`; this version stops there the
+//! same way. The tests keep the previous decoder word for word and check both directions.
 //!
 //! # Why the grammar is shaped this way
 //!
@@ -156,7 +195,10 @@
 //! and the attempts, rather than the leaves of the first subtree; and a span is only ever kept
 //! together with all of its ancestors.
 //!
-//! The encoded value is never longer than [`MAX_ENCODED_LEN`] (4,947) bytes:
+//! A kept span's budget is written with it, numbered by its place among the kept spans; a
+//! dropped span's budget goes with it.
+//!
+//! The encoded value is never longer than [`MAX_ENCODED_LEN`] (5,897) bytes:
 //!
 //! | part | bytes |
 //! |---|---|
@@ -164,16 +206,20 @@
 //! | 64 spans | 64 × 63 = 4,032 |
 //! | dots: at most 0, 1, …, 15 for the first 16 spans (one deeper each time), then 15 each for the other 48 | 120 + 720 = 840 |
 //! | commas between the 64 spans | 63 |
+//! | a budget for each span, `,^` index `=` and 10 digits: 14 bytes for spans 0 to 9, 15 for the other 54 | 140 + 810 = 950 |
 //! | `,+` and a 10-digit dropped count | 12 |
-//! | **total** | **4,947** |
+//! | **total** | **5,897** |
 //!
 //! The bound is reached (a chain 16 deep with 48 more spans at the deepest level, all names and
-//! outcomes at full length, all times at `MAX_MS`, and a dropped count of at least `MAX_MS`), so
-//! it cannot be lowered without lowering a cap. Real traces are far smaller: the three-hop chain
-//! above is 206 bytes, and a 64-span trace of a gateway trying orders three times, each trying
-//! inventory three times, is about 1.5 KiB. Proxies that cap response headers at one memory page
-//! (4 KiB, e.g. nginx's default `proxy_buffer_size` on some platforms) can still reject the worst
-//! case, so keep span names short.
+//! outcomes at full length, all times and budgets at `MAX_MS`, every span with a budget, and a
+//! dropped count of at least `MAX_MS`), so it cannot be lowered without lowering a cap. Only
+//! hops' root spans carry budgets, and a callee's root sits under an `attempt` span, itself
+//! under a `call:` span, so a real 64-span trace holds at most 32 of them; without budgets the
+//! bound is 4,947 bytes. Real traces are far smaller: the three-hop chain above is 229 bytes (23
+//! of them its three budgets), and a 64-span trace of a gateway trying orders three times, each trying
+//! inventory three times, is about 1.6 KiB. Proxies that cap response headers at one memory
+//! page (4 KiB, e.g. nginx's default `proxy_buffer_size` on some platforms) can still reject the
+//! worst case, so keep span names short.
 //!
 //! [`Trace::decode`] never reads more than 64 KiB of its input, stores at most `MAX_SPANS` spans
 //! (later valid spans are only counted), and never panics: hostile input decodes to an empty trace
@@ -188,6 +234,8 @@ mod model;
 mod record;
 mod token;
 
+#[cfg(test)]
+mod compat;
 #[cfg(test)]
 mod props;
 #[cfg(test)]
@@ -299,15 +347,21 @@ pub const MAX_MS: u64 = 9_999_999_999;
 /// Digits in [`MAX_MS`], the most a number on the wire may have.
 pub(crate) const MAX_DIGITS: usize = 10;
 
-/// The longest possible output of [`Trace::encode`], in bytes (4,947).
+/// Digits of a budget's span index: indices run from 0 to `MAX_SPANS - 1` (63).
+pub(crate) const MAX_INDEX_DIGITS: usize = 2;
+
+/// The longest possible output of [`Trace::encode`], in bytes (5,897).
 ///
 /// Computed as `MAX_SPANS` spans of at most 63 bytes each without their depth dots
 /// (`MAX_NAME_LEN` + `@` + 10 digits + `-` + 10 digits + `=` + `MAX_OUTCOME_LEN`), plus the most
 /// dots a pre-order sequence can hold (0, 1, …, `MAX_DEPTH - 1` for the first `MAX_DEPTH` spans,
-/// then `MAX_DEPTH - 1` for every other span), plus `MAX_SPANS - 1` commas, plus `,+` and a
-/// ten-digit dropped count. See the [module docs](self#bounds) for the table.
+/// then `MAX_DEPTH - 1` for every other span), plus `MAX_SPANS - 1` commas, plus a budget for
+/// every span (`,^` + the index + `=` + 10 digits: 14 bytes for indices 0 to 9, 15 from 10 on),
+/// plus `,+` and a ten-digit dropped count. See the [module docs](self#bounds) for the table.
 pub const MAX_ENCODED_LEN: usize = {
     let span = MAX_NAME_LEN + 1 + MAX_DIGITS + 1 + MAX_DIGITS + 1 + MAX_OUTCOME_LEN;
+    let one_digit = if MAX_SPANS < 10 { MAX_SPANS } else { 10 };
+    let budgets = MAX_SPANS * (2 + 1 + MAX_DIGITS) + one_digit + (MAX_SPANS - one_digit) * 2;
     let chain = if MAX_SPANS < MAX_DEPTH {
         MAX_SPANS
     } else {
@@ -316,7 +370,7 @@ pub const MAX_ENCODED_LEN: usize = {
     let dots = chain * (chain - 1) / 2 + (MAX_SPANS - chain) * (chain - 1);
     let commas = MAX_SPANS - 1;
     let dropped = 2 + MAX_DIGITS;
-    MAX_SPANS * span + dots + commas + dropped
+    MAX_SPANS * span + dots + commas + budgets + dropped
 };
 
 /// Input beyond this many bytes is ignored by [`Trace::decode`]. A well-formed trace is at most

@@ -21,6 +21,16 @@ pub struct Span {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub outcome: Option<String>,
+    /// The hop's budget at arrival, in whole ms, on a hop's root span: what the hop read from
+    /// its caller's request (after clamping to its maximum; 0 for a budget already spent).
+    /// `None` on every other span, on a hop that had no deadline, and in traces from writers
+    /// that predate it. A budget, not a time: [`shift`](Span::shift) and
+    /// [`Trace::nest_within`] leave it as it is.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub budget_ms: Option<u64>,
     /// Spans nested inside this one, in order.
     #[cfg_attr(feature = "serde", serde(default))]
     pub children: Vec<Span>,
@@ -44,6 +54,7 @@ impl Span {
             start_ms,
             end_ms: end_ms.max(start_ms),
             outcome: None,
+            budget_ms: None,
             children: Vec::new(),
         }
     }
@@ -52,6 +63,18 @@ impl Span {
     /// already a token, as [`new`](Span::new) takes the name).
     pub fn with_outcome(mut self, outcome: impl Into<String>) -> Span {
         self.outcome = Some(into_token(outcome.into(), MAX_OUTCOME_LEN));
+        self
+    }
+
+    /// Sets the hop's budget at arrival ([`budget_ms`](Span::budget_ms)), in ms.
+    ///
+    /// ```
+    /// # use deadline_core::trace::{Span, Trace};
+    /// let root = Span::new("inventory", 0, 12).with_outcome("200").with_budget_ms(950);
+    /// assert_eq!(Trace::from_span(root).encode(), "inventory@0-12=200,^0=950");
+    /// ```
+    pub fn with_budget_ms(mut self, budget_ms: u64) -> Span {
+        self.budget_ms = Some(budget_ms);
         self
     }
 

@@ -10,7 +10,7 @@ use super::*;
 
 const TCHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-:";
 
-fn config(cases: u32) -> ProptestConfig {
+pub(super) fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
         failure_persistence: None,
@@ -83,11 +83,13 @@ fn valid_node(seed: u64) -> (usize, Span) {
     let (a, b) = (w.time(), w.time());
     let name = w.token(MAX_NAME_LEN);
     let outcome = (w.below(2) == 0).then(|| w.token(MAX_OUTCOME_LEN));
+    let budget_ms = (w.below(3) == 0).then(|| w.time());
     let span = Span {
         name,
         start_ms: a.min(b),
         end_ms: a.max(b),
         outcome,
+        budget_ms,
         children: vec![],
     };
     (depth, span)
@@ -106,6 +108,7 @@ fn raw_node(seed: u64) -> (usize, Span) {
         start_ms: w.next(),
         end_ms: w.next(),
         outcome: (w.below(2) == 0).then(|| w.text(40)),
+        budget_ms: (w.below(2) == 0).then(|| w.next()),
         children: vec![],
     };
     (depth, span)
@@ -139,7 +142,7 @@ fn forest(nodes: Vec<(usize, Span)>, max_depth: usize) -> Vec<Span> {
 }
 
 /// Traces within the caps, with sanitised names: these must round-trip exactly.
-fn valid_trace() -> impl Strategy<Value = Trace> {
+pub(super) fn valid_trace() -> impl Strategy<Value = Trace> {
     (
         vec(any::<u64>(), 0..=MAX_SPANS),
         prop_oneof![Just(0u64), 0..=MAX_MS],
@@ -163,7 +166,7 @@ fn any_trace() -> impl Strategy<Value = Trace> {
 }
 
 /// Byte strings made of grammar pieces, so that many of them are valid or nearly valid.
-fn grammar_soup() -> impl Strategy<Value = Vec<u8>> {
+pub(super) fn grammar_soup() -> impl Strategy<Value = Vec<u8>> {
     let pieces: &[&[u8]] = &[
         b"a",
         b"ok",
@@ -184,12 +187,15 @@ fn grammar_soup() -> impl Strategy<Value = Vec<u8>> {
         b"a@0-1",
         b",.b@1-2",
         b"=504",
+        b"^",
+        b",^0=",
+        b",^1=950",
     ];
     vec(select(pieces.to_vec()), 0..40).prop_map(|pieces| pieces.concat())
 }
 
 /// Valid encodings with one byte overwritten and possibly cut short.
-fn mutated_encoding() -> impl Strategy<Value = Vec<u8>> {
+pub(super) fn mutated_encoding() -> impl Strategy<Value = Vec<u8>> {
     (
         valid_trace(),
         any::<prop::sample::Index>(),
@@ -289,6 +295,7 @@ fn spliced_and_decoded(call: &CallSpan, depth: usize) -> (String, String) {
                 start_ms: 0,
                 end_ms: 1,
                 outcome: None,
+                budget_ms: None,
             };
             visit.element(level, wrap);
         }

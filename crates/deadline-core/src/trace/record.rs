@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use http::{HeaderValue, StatusCode};
 
-use super::decode::{Element, Scan};
+use super::decode::{Element, Item, Scan};
 use super::name::ATTEMPT;
 use super::{MAX_SPANS, Span, Trace};
 
@@ -31,6 +31,8 @@ pub struct EncodedTrace {
     spans: usize,
     /// Spans [`Trace::decode`] would count as dropped.
     dropped: u64,
+    /// Where its budgets are in the value, if it has any.
+    budgets: Option<std::ops::Range<usize>>,
 }
 
 impl EncodedTrace {
@@ -46,7 +48,9 @@ impl EncodedTrace {
     /// ```
     pub fn new(value: HeaderValue) -> EncodedTrace {
         let mut scan = Scan::new(value.as_bytes());
-        let valid = scan.by_ref().count();
+        scan.by_ref().for_each(drop);
+        let valid = scan.spans();
+        let budgets = scan.budgets();
         let spans = valid.min(MAX_SPANS);
         let extra = u64::try_from(valid - spans).unwrap_or(u64::MAX);
         let dropped = extra.saturating_add(scan.plus()).min(super::MAX_MS);
@@ -54,6 +58,7 @@ impl EncodedTrace {
             value,
             spans,
             dropped,
+            budgets,
         }
     }
 
@@ -74,7 +79,27 @@ impl EncodedTrace {
 
     /// The kept elements, in order.
     pub(crate) fn elements(&self) -> impl Iterator<Item = Element<'_>> {
-        Scan::new(self.value.as_bytes()).take(self.spans)
+        Scan::new(self.value.as_bytes())
+            .map_while(|item| match item {
+                Item::Span(element) => Some(element),
+                Item::Budget { .. } => None,
+            })
+            .take(self.spans)
+    }
+
+    /// The kept elements' budgets at arrival, as (index among the kept elements, ms), indices
+    /// rising: what [`Trace::decode`] gives the spans.
+    pub(crate) fn budgets(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let section = self
+            .budgets
+            .clone()
+            .and_then(|range| self.value.as_bytes().get(range))
+            .unwrap_or_default();
+        let scan = Scan::budgets_only(section, self.spans);
+        scan.filter_map(|item| match item {
+            Item::Budget { index, ms } => Some((index, ms)),
+            Item::Span(_) => None,
+        })
     }
 }
 

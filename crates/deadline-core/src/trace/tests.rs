@@ -135,17 +135,19 @@ fn encode_repairs_fields_set_directly() {
         start_ms: 9,
         end_ms: 2,
         outcome: Some(String::new()),
+        budget_ms: None,
         children: vec![Span {
             name: String::new(),
             start_ms: 0,
             end_ms: 0,
             outcome: Some("x".repeat(40)),
+            budget_ms: Some(u64::MAX),
             children: vec![],
         }],
     };
     assert_eq!(
         span.encode_alone(),
-        "bad_name_with__@9-9=_,._@0-0=xxxxxxxxxxxxxxxx"
+        "bad_name_with__@9-9=_,._@0-0=xxxxxxxxxxxxxxxx,^1=9999999999"
     );
 }
 
@@ -346,10 +348,14 @@ fn header_values() {
 
 #[test]
 fn encoded_length_bound_is_exact() {
-    assert_eq!(MAX_ENCODED_LEN, 4_947);
+    assert_eq!(MAX_ENCODED_LEN, 5_897);
     let name = "n".repeat(MAX_NAME_LEN);
     let outcome = "o".repeat(MAX_OUTCOME_LEN);
-    let big = |_: usize| Span::new(&name, MAX_MS, MAX_MS).with_outcome(&outcome);
+    let big = |_: usize| {
+        Span::new(&name, MAX_MS, MAX_MS)
+            .with_outcome(&outcome)
+            .with_budget_ms(u64::MAX)
+    };
     // A chain 16 deep whose deepest parent also holds 48 more spans, plus a span too deep
     // to keep (so the dropped count is written too).
     let mut deepest_parent = big(0);
@@ -487,6 +493,7 @@ fn a_callees_spans_stay_inside_the_attempt_that_carried_them() {
         name: "orders",
         end_ms: 60,
         status: "200",
+        budget_ms: None,
         work: HopWork::None,
     };
     let spliced = hop.to_header_value(&[Recorded::Call(call.clone())], 0);
@@ -516,4 +523,247 @@ fn a_byte_that_is_not_utf8_ends_the_trace_at_its_element() {
     assert_eq!(decoded(b"a@0-1,.b@0-1=\xc3\xa9"), ("a@0-1".to_owned(), 0));
     assert_eq!(decoded(b"a@0-1,+5,\xff"), ("a@0-1".to_owned(), 0));
     assert_eq!(decoded(b"a@0-1,+5"), ("a@0-1,+5".to_owned(), 5));
+}
+
+#[test]
+fn budgets_round_trip_after_every_span() {
+    let cases: Vec<(&str, Trace, &str)> = vec![
+        (
+            "a root's budget",
+            Trace::from_span(
+                s("inventory", 0, 12)
+                    .with_outcome("200")
+                    .with_budget_ms(950),
+            ),
+            "inventory@0-12=200,^0=950",
+        ),
+        (
+            "a budget already spent",
+            Trace::from_span(s("inventory", 0, 0).with_outcome("504").with_budget_ms(0)),
+            "inventory@0-0=504,^0=0",
+        ),
+        (
+            "nested hops, indices in pre-order, then the dropped count",
+            tr(
+                vec![
+                    s("gateway", 0, 40)
+                        .with_budget_ms(1000)
+                        .with_child(s("queue", 0, 0))
+                        .with_child(s("call:orders", 1, 39).with_child(
+                            s("attempt", 1, 39).with_child(s("orders", 1, 38).with_budget_ms(990)),
+                        )),
+                ],
+                2,
+            ),
+            "gateway@0-40,.queue@0-0,.call:orders@1-39,..attempt@1-39,...orders@1-38,\
+             ^0=1000,^4=990,+2",
+        ),
+        (
+            "a budget that saturates",
+            Trace::from_span(s("a", 0, 1).with_budget_ms(u64::MAX)),
+            "a@0-1,^0=9999999999",
+        ),
+    ];
+    for (what, trace, encoded) in cases {
+        assert_eq!(trace.encode(), encoded, "encode: {what}");
+        assert_eq!(trace.to_header_value(), encoded, "header: {what}");
+        let decoded = Trace::decode(encoded.as_bytes());
+        if trace.spans.iter().all(|s| s.budget_ms != Some(u64::MAX)) {
+            assert_eq!(decoded, trace, "decode: {what}");
+        }
+        assert_eq!(decoded.encode(), encoded, "again: {what}");
+    }
+}
+
+#[test]
+fn a_dropped_spans_budget_goes_with_it_and_indices_follow_the_kept_spans() {
+    // 70 children, each with a budget: the root and the first 63 children are kept, and the
+    // budgets are those of the kept spans, by their index among them.
+    let root = (0..70u64).fold(s("gateway", 0, 900).with_budget_ms(5), |root, i| {
+        root.with_child(s("hop", i, i + 1).with_budget_ms(100 + i))
+    });
+    let encoded = Trace::from_span(root).encode();
+    assert!(
+        encoded.contains(",.hop@62-63,^0=5,^1=100,^2=101,"),
+        "{encoded}"
+    );
+    assert!(encoded.ends_with(",^63=162,+7"), "{encoded}");
+    let decoded = Trace::decode(encoded.as_bytes());
+    assert_eq!(decoded.dropped, 7);
+    assert_eq!(decoded.spans[0].budget_ms, Some(5));
+    assert_eq!(decoded.spans[0].children[62].budget_ms, Some(162));
+}
+
+#[test]
+fn malformed_budgets_end_the_trace_there() {
+    let decoded = |text: &str| {
+        let trace = Trace::decode(text.as_bytes());
+        (trace.encode(), trace.dropped)
+    };
+    let kept = |text: &str| (text.to_owned(), 0);
+    // Budgets before any span, for a span not read, out of order, or twice.
+    assert_eq!(decoded("^0=5,a@0-1"), kept(""));
+    assert_eq!(decoded("a@0-1,^1=5"), kept("a@0-1"));
+    assert_eq!(decoded("a@0-1,.b@0-1,^1=5,^0=6"), kept("a@0-1,.b@0-1,^1=5"));
+    assert_eq!(
+        decoded("a@0-1,.b@0-1,^0=5,^0=6,+2"),
+        kept("a@0-1,.b@0-1,^0=5")
+    );
+    // A span after a budget, a budget with a bad shape.
+    assert_eq!(decoded("a@0-1,^0=5,b@0-1"), kept("a@0-1,^0=5"));
+    for bad in [
+        "^0",
+        "^=5",
+        "^0=",
+        "^000=5",
+        "^0=12345678901",
+        "^0=5x",
+        "^-0=5",
+        "^0=-5",
+    ] {
+        assert_eq!(decoded(&format!("a@0-1,{bad},+4")), kept("a@0-1"), "{bad}");
+    }
+    // The dropped count after budgets is read.
+    assert_eq!(decoded("a@0-1,^00=5,+4"), ("a@0-1,^0=5,+4".to_owned(), 4));
+    // A budget for a span counted beyond the cap (never written so) is malformed, so the
+    // `+N` after it is not read either.
+    let mut many = "a@0-1,".repeat(MAX_SPANS + 1);
+    many.push_str("^64=5,+1");
+    let trace = Trace::decode(many.as_bytes());
+    assert_eq!((trace.span_count(), trace.dropped), (MAX_SPANS, 1));
+    assert!(trace.spans.iter().all(|s| s.budget_ms.is_none()));
+}
+
+#[test]
+fn shifting_and_nesting_keep_budgets() {
+    let mut trace = Trace::from_span(
+        s("orders", 0, 30)
+            .with_budget_ms(950)
+            .with_child(s("work", 0, 29)),
+    );
+    trace.shift(100);
+    assert_eq!(trace.spans[0].budget_ms, Some(950));
+    assert_eq!((trace.spans[0].start_ms, trace.spans[0].end_ms), (100, 130));
+    trace.nest_within(5, 20);
+    assert_eq!(trace.spans[0].budget_ms, Some(950));
+    assert_eq!((trace.spans[0].start_ms, trace.spans[0].end_ms), (20, 20));
+}
+
+/// A caller writes its callee's budgets into its own trace, re-indexed among its own spans, in
+/// the text path (splicing the callee's header) and the decoded one alike.
+#[test]
+fn a_callees_budgets_are_kept_when_its_trace_is_nested() {
+    use super::{AttemptSpan, CallSpan, EncodedTrace, HopTrace, HopWork, Outcome, Recorded};
+
+    let callee = http::HeaderValue::from_static("inventory@0-30=200,.work@0-29=ok,^0=940,+1");
+    let callee = EncodedTrace::new(callee);
+    assert_eq!((callee.span_count(), callee.dropped()), (2, 1));
+    let call = CallSpan {
+        name: "call:inventory".into(),
+        start_ms: 10,
+        end_ms: 50,
+        outcome: Outcome::Status(http::StatusCode::OK),
+        attempts: vec![AttemptSpan {
+            start_ms: 10,
+            end_ms: 45,
+            outcome: Outcome::Status(http::StatusCode::OK),
+            callee: Some(callee),
+        }]
+        .into_iter()
+        .collect(),
+    };
+    let hop = HopTrace {
+        name: "orders",
+        end_ms: 60,
+        status: "200",
+        budget_ms: Some(1000),
+        work: HopWork::Worked {
+            start_ms: 0,
+            end_ms: 59,
+            outcome: "ok",
+        },
+    };
+    let recorded = [Recorded::Call(call)];
+    let spliced = hop.to_header_value(&recorded, 0);
+    let expected = "orders@0-60=200,.queue@0-0,.work@0-59=ok,.call:inventory@10-50=200,\
+                    ..attempt@10-45=200,...inventory@10-40=200,....work@10-39=ok,\
+                    ^0=1000,^5=940,+1";
+    assert_eq!(spliced.to_str().unwrap(), expected);
+    assert_eq!(hop.to_trace(recorded.to_vec(), 0).encode(), expected);
+    let orders = Trace::decode(expected.as_bytes());
+    let inventory = &orders.spans[0].children[2].children[0].children[0];
+    assert_eq!(
+        (inventory.name.as_str(), inventory.budget_ms),
+        ("inventory", Some(940))
+    );
+}
+
+#[test]
+fn display_shows_budgets() {
+    let trace = Trace::decode(b"orders@0-30=200,.work@0-29=ok,^0=950");
+    assert_eq!(
+        trace.to_string(),
+        "orders  0–30 ms (30 ms)  200  budget 950 ms\n└─ work  0–29 ms (29 ms)  ok\n"
+    );
+    let no_outcome = Trace::from_span(s("a", 0, 1).with_budget_ms(7));
+    assert_eq!(no_outcome.to_string(), "a  0–1 ms (1 ms)  budget 7 ms\n");
+}
+
+/// A callee's budgets are found where its scan found them, whatever surrounds the value.
+#[test]
+fn a_callees_budgets_are_read_around_spaces_and_cuts() {
+    use super::{AttemptSpan, CallSpan, EncodedTrace, Outcome};
+
+    for (value, budgets) in [
+        (
+            " \t inventory@0-30=200,.work@0-29=ok,^0=940,^1=7 \t",
+            vec![940, 7],
+        ),
+        ("inventory@0-30=200,^0=940,+2", vec![940]),
+        ("inventory@0-30=200,^0=940,^0=941", vec![940]),
+        ("inventory@0-30=200,.work@0-29,^1=5,\u{e9}", vec![5]),
+        ("inventory@0-30=200", vec![]),
+    ] {
+        let callee = EncodedTrace::new(http::HeaderValue::from_str(value).unwrap());
+        let call = CallSpan {
+            name: "call:inventory".into(),
+            start_ms: 0,
+            end_ms: 40,
+            outcome: Outcome::Status(http::StatusCode::OK),
+            attempts: vec![AttemptSpan {
+                start_ms: 1,
+                end_ms: 40,
+                outcome: Outcome::Status(http::StatusCode::OK),
+                callee: Some(callee),
+            }]
+            .into_iter()
+            .collect(),
+        };
+        let (span, _) = call.to_span();
+        let spliced = Trace::decode(
+            super::HopTrace {
+                name: "orders",
+                end_ms: 50,
+                status: "200",
+                budget_ms: None,
+                work: super::HopWork::None,
+            }
+            .to_header_value(&[super::Recorded::Call(call)], 0)
+            .as_bytes(),
+        );
+        let mut found = Vec::new();
+        let mut stack = vec![&spliced.spans[0]];
+        while let Some(span) = stack.pop() {
+            found.extend(span.budget_ms);
+            stack.extend(span.children.iter().rev());
+        }
+        assert_eq!(found, budgets, "{value}");
+        let decoded: Vec<u64> = span.children[0]
+            .children
+            .iter()
+            .flat_map(|root| std::iter::once(root).chain(&root.children))
+            .filter_map(|s| s.budget_ms)
+            .collect();
+        assert_eq!(decoded, budgets, "{value}");
+    }
 }

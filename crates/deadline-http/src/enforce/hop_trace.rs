@@ -9,7 +9,8 @@ use crate::context::DeadlineContext;
 use crate::hold::{Hold, HoldOutcome};
 
 /// A root span named after the hop from arrival to `end`, with the answer's status as its
-/// outcome; under it the time queued, the work, and the spans the handler's outbound calls
+/// outcome and the budget the hop read on arrival (the hold's, after clamping; none without a
+/// deadline); under it the time queued, the work, and the spans the handler's outbound calls
 /// recorded. Encoded by the core's [`HopTrace`].
 pub(crate) fn trace_header(
     settings: &HopSettings,
@@ -40,6 +41,7 @@ pub(crate) fn trace_header(
         name: &settings.trace_name,
         end_ms: ms(end),
         status: status.as_str(),
+        budget_ms: hold.budget_ms,
         work,
     };
     let (recorded, dropped) = ctx.take_recorded();
@@ -47,13 +49,14 @@ pub(crate) fn trace_header(
 }
 
 /// The trace of an answer the hop gave without any work of its own (a server shutting down):
-/// the root span alone.
+/// the root span alone. Only baseline mode answers so, and it reads no budget.
 #[cfg(feature = "baseline")]
 pub(crate) fn root_only(settings: &HopSettings, end_ms: u64, status: StatusCode) -> HeaderValue {
     HopTrace {
         name: &settings.trace_name,
         end_ms,
         status: status.as_str(),
+        budget_ms: None,
         work: HopWork::None,
     }
     .to_header_value(&[], 0)

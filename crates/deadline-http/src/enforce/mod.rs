@@ -29,8 +29,9 @@
 //!    queued 0 ms, worked 590 ms`. The slot is released as soon as the work ends.
 //! 5. adds a [`Deadline-Trace`](deadline::trace) header to every answer it gives, 200, 400 and
 //!    504 alike: one root span named after the hop, from arrival to the answer, whose outcome
-//!    is the status code; under it `queue`, `work` (outcome `ok`, `deadline` or `error`) and the
-//!    spans the handler's outbound calls recorded. It adds a W3C
+//!    is the status code and which carries the budget the hop read on arrival (none without a
+//!    deadline); under it `queue`, `work` (outcome `ok`, `deadline` or `error`) and the spans
+//!    the handler's outbound calls recorded, their callees' budgets kept. It adds a W3C
 //!    [`Server-Timing`](server_timing) header too (`queue;dur=0.004, work;dur=41.250,
 //!    budget;dur=200`), unless [turned off](EnforceDeadlineLayer::server_timing).
 //! 6. gives its own answers (400, 503, 504) in the caller's terms: a gRPC caller gets a
@@ -64,7 +65,7 @@
 //! let spent = Request::builder().header("deadline-budget-ms", "-20").body(()).unwrap();
 //! let response = service.clone().oneshot(spent).await.unwrap();
 //! assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
-//! assert_eq!(response.headers()["deadline-trace"], "inventory@0-0=504");
+//! assert_eq!(response.headers()["deadline-trace"], "inventory@0-0=504,^0=0");
 //!
 //! let bad = Request::builder().header("deadline-budget-ms", "1.5").body(()).unwrap();
 //! let response = service.clone().oneshot(bad).await.unwrap();

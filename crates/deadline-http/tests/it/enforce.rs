@@ -307,7 +307,7 @@ async fn spent_budgets_are_504_on_arrival_and_the_handler_never_runs() {
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
-        assert_eq!(trace(&response), "svc@0-0=504");
+        assert_eq!(trace(&response), "svc@0-0=504,^0=0");
         assert!(response.body().is_from_layer());
         assert_eq!(
             text(response).await,
@@ -500,7 +500,7 @@ async fn work_is_cut_at_the_deadline_less_the_reserve() {
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(
         trace(&response),
-        "inventory@0-590=504,.queue@0-0,.work@0-590=deadline"
+        "inventory@0-590=504,.queue@0-0,.work@0-590=deadline,^0=600"
     );
     assert_eq!(
         text(response).await,
@@ -535,7 +535,7 @@ async fn the_work_wins_a_tie_with_the_cutoff() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         trace(&response),
-        "inventory@0-590=200,.queue@0-0,.work@0-590=ok"
+        "inventory@0-590=200,.queue@0-0,.work@0-590=ok,^0=600"
     );
     assert_eq!(text(response).await, "slept");
     assert_eq!(holds.one().outcome, HoldOutcome::Ok);
@@ -554,7 +554,7 @@ async fn a_cut_while_calling_says_so_and_keeps_the_calls_span() {
     // was written.
     assert_eq!(
         trace(&response),
-        "orders@0-290=504,.queue@0-0,.work@0-290=deadline,.call:orders@5-290=cancelled"
+        "orders@0-290=504,.queue@0-0,.work@0-290=deadline,.call:orders@5-290=cancelled,^0=300"
     );
     assert_eq!(
         text(response).await,
@@ -573,7 +573,7 @@ async fn a_request_first_polled_after_its_cutoff_never_starts() {
     let response = ok(poll_once(&mut response).await);
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(mock.started(), 0);
-    assert_eq!(trace(&response), "svc@0-90=504,.queue@0-90=deadline");
+    assert_eq!(trace(&response), "svc@0-90=504,.queue@0-90=deadline,^0=100");
 }
 
 #[tokio::test(start_paused = true)]
@@ -623,7 +623,10 @@ async fn the_queue_is_left_at_the_cutoff_and_the_trace_shows_the_wait() {
     let response = ok(poll_once(&mut second).await);
     assert_eq!(Instant::now() - t0, 290 * MS, "left before its deadline");
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
-    assert_eq!(trace(&response), "svc@0-290=504,.queue@0-290=deadline");
+    assert_eq!(
+        trace(&response),
+        "svc@0-290=504,.queue@0-290=deadline,^0=300"
+    );
     assert_eq!(
         text(response).await,
         "deadline exceeded at svc while queued for a worker: budget 300 ms, queued 290 ms, \
@@ -704,7 +707,10 @@ async fn a_slot_freed_exactly_at_the_cutoff_is_too_late() {
         None,
         "nothing starts after its deadline"
     );
-    assert_eq!(trace(&response), "svc@0-290=504,.queue@0-290=deadline");
+    assert_eq!(
+        trace(&response),
+        "svc@0-290=504,.queue@0-290=deadline,^0=300"
+    );
     drop(response);
     let outcomes: Vec<_> = holds
         .take()
@@ -730,7 +736,7 @@ async fn the_trace_carries_the_handlers_spans_and_dropped_count() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         trace(&response),
-        "gateway@0-0=200,.queue@0-0,.work@0-0=ok,.call:orders@1-3=200,+2"
+        "gateway@0-0=200,.queue@0-0,.work@0-0=ok,.call:orders@1-3=200,^0=600,+2"
     );
     let decoded = Trace::from_header_value(&response.headers()[TRACE_HEADER]);
     assert_eq!((decoded.span_count(), decoded.dropped), (4, 2));
@@ -871,7 +877,7 @@ async fn outcomes_follow_the_handlers_answer() {
         let code = response.status().as_str().to_owned();
         assert_eq!(
             trace(&response),
-            format!("svc@0-0={code},.queue@0-0,.work@0-0={work}")
+            format!("svc@0-0={code},.queue@0-0,.work@0-0={work},^0=600")
         );
         text(response).await;
         assert_eq!(holds.one().outcome, outcome, "{path}");

@@ -311,11 +311,14 @@ async fn grpc_success_passes_through_with_its_trailers_and_the_trace() {
         (1_000..=2_000).contains(&left),
         "grpc-timeout read as the budget: {left}"
     );
-    assert!(
-        trace(&answer.headers).ends_with("=ok"),
-        "{}",
-        trace(&answer.headers)
-    );
+    // The spans end with the work's outcome; the hop's budget at arrival follows them.
+    let (spans, budget) = trace(&answer.headers)
+        .rsplit_once(",^0=")
+        .map(|(spans, budget)| (spans.to_owned(), budget.to_owned()))
+        .expect("the hop's budget");
+    assert!(spans.ends_with("=ok"), "{spans}");
+    let budget: u64 = budget.parse().unwrap();
+    assert!((1_000..=2_000).contains(&budget), "{budget}");
     server.stop().await;
 }
 
@@ -351,7 +354,7 @@ async fn a_spent_grpc_timeout_is_deadline_exceeded_on_arrival() {
             "deadline exceeded at inventory on arrival: the caller had already run out"
         );
         assert_eq!(answer.headers["content-type"], "application/grpc");
-        assert_eq!(trace(&answer.headers), "inventory@0-0=504");
+        assert_eq!(trace(&answer.headers), "inventory@0-0=504,^0=0");
         assert_eq!(server.next_hold().await.outcome, HoldOutcome::Rejected);
     }
     server.stop().await;

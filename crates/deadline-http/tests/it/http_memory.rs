@@ -67,7 +67,7 @@ async fn a_budget_goes_in_and_a_504_with_its_trace_comes_out_on_time() {
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(
         response.headers()[TRACE_HEADER],
-        "inventory@0-590=504,.queue@0-0,.work@0-590=deadline"
+        "inventory@0-590=504,.queue@0-0,.work@0-590=deadline,^0=600"
     );
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(

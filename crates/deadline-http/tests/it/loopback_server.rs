@@ -208,7 +208,7 @@ async fn spent_and_malformed_budgets_are_answered_at_once() {
     for budget in ["0", "-20"] {
         let reply = get(server.addr, "/slow", Some(budget)).await;
         assert_eq!(reply.status, StatusCode::GATEWAY_TIMEOUT, "{budget}");
-        assert_eq!(reply.trace.encode(), "inventory@0-0=504");
+        assert_eq!(reply.trace.encode(), "inventory@0-0=504,^0=0");
         assert!(reply.body.contains("on arrival"), "{reply:?}");
         assert!(reply.elapsed < Duration::from_millis(1000), "{reply:?}");
     }

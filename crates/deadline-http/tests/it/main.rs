@@ -24,3 +24,4 @@ mod streams;
 mod throttle;
 #[cfg(feature = "tls")]
 mod tls;
+mod trace_budgets;

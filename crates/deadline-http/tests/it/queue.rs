@@ -190,7 +190,10 @@ async fn a_request_that_could_not_finish_is_shed_at_once_with_its_trace_and_hold
     assert_eq!(Instant::now(), t0, "refused without waiting");
     assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(shed.headers()[RETRY_AFTER], "0");
-    assert_eq!(shed.headers()[TRACE_HEADER], "svc@0-0=503,.queue@0-0=shed");
+    assert_eq!(
+        shed.headers()[TRACE_HEADER],
+        "svc@0-0=503,.queue@0-0=shed,^0=200"
+    );
     assert_eq!(
         text(shed).await,
         "svc refused the request at once, shed: 190 ms left, expected wait for a worker \
@@ -267,7 +270,7 @@ async fn a_queued_request_is_shed_at_the_grant_when_too_little_is_left() {
     assert_eq!(late.headers()[RETRY_AFTER], "0");
     assert_eq!(
         late.headers()[TRACE_HEADER],
-        "svc@0-150=503,.queue@0-150=shed"
+        "svc@0-150=503,.queue@0-150=shed,^0=230"
     );
     assert_eq!(starts.take(), ["busy"], "never started");
     drop(late); // its body reports the hold
