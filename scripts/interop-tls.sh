@@ -12,8 +12,9 @@
 # What must hold:
 #   1. grpcio, timeout=1.0: the servers' DEADLINE_EXCEEDED naming inventory, before grpcio's own
 #      deadline;
-#   2. grpcio, timeout=5.0: OK, and inventory was told less than orders received (its budget was
-#      stamped when the request was written, after orders' TLS handshake with it);
+#   2. grpcio, timeout=5.0: OK, and inventory was told less than orders received (orders keeps
+#      its margin back; that the budget is stamped after the handshake is the library test
+#      `the_budget_is_stamped_after_the_handshake`'s to show, with a handshake held 300 ms);
 #   3. curl --http1.1 and --http2 over HTTPS: the protocol asked for is the one spoken, 200, and
 #      504 for a spent budget;
 #   4. curl with no CA (the system's roots) is refused by curl, and plaintext HTTP sent to the TLS

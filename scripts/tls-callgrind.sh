@@ -28,11 +28,12 @@ for tool in valgrind curl openssl; do
 done
 
 WORK="$(mktemp -d)"
-SERVER_PID=""
+# `instructions` runs in a subshell (`$(...)`), so the service's pid is kept in a file the
+# cleanup reads: a failed run never leaves a service behind.
 cleanup() {
-    if [ -n "$SERVER_PID" ]; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
+    if [ -s "$WORK/pid" ]; then
+        kill "$(cat "$WORK/pid")" 2>/dev/null || true
+        sleep 0.5
     fi
     rm -rf "$WORK"
 }
@@ -52,7 +53,8 @@ instructions() {
     esac
     valgrind --tool=callgrind --callgrind-out-file="$run.cg" \
         "$BIN" service --name hop --work 0 "${tls[@]}" >"$run.out" 2>"$run.err" </dev/null &
-    SERVER_PID=$!
+    local pid=$!
+    echo "$pid" >"$WORK/pid"
     local addr=""
     for _ in $(seq 1 600); do
         addr="$(sed -n "s|^listening on $scheme://||p" "$run.out" 2>/dev/null | head -n 1)"
@@ -64,7 +66,7 @@ instructions() {
         cat "$run.err" >&2
         return 1
     fi
-    local url="$scheme://localhost:${addr##*:}/items/7"
+    local url="$scheme://$addr/items/7"
     for _ in $(seq 1 "$count"); do
         printf 'url = "%s"\noutput = "/dev/null"\n' "$url"
     done >"$run.curl"
@@ -76,17 +78,23 @@ instructions() {
         echo "tls-callgrind.sh: unexpected answers for $mode: $codes" >&2
         return 1
     fi
-    kill -TERM "$SERVER_PID"
-    wait "$SERVER_PID" || true
-    SERVER_PID=""
-    awk '/^(totals|summary):/ { print $2; exit }' "$run.cg"
+    kill -TERM "$pid"
+    wait "$pid" || true
+    : >"$WORK/pid"
+    local total
+    total="$(awk '/^(totals|summary):/ { print $2; exit }' "$run.cg")"
+    if [ -z "$total" ]; then
+        echo "tls-callgrind.sh: no total in callgrind's output for $mode" >&2
+        return 1
+    fi
+    echo "$total"
 }
 
 echo "$(valgrind --version); $REQUESTS requests after $WARMUP, one connection; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-28s %14s %14s %12s\n' "" "short run Ir" "long run Ir" "Ir/request"
 for mode in plain tls-h1 tls-h2; do
-    short="$(instructions "$mode" "$WARMUP")"
-    long="$(instructions "$mode" "$((WARMUP + REQUESTS))")"
+    short="$(instructions "$mode" "$WARMUP")" || exit 1
+    long="$(instructions "$mode" "$((WARMUP + REQUESTS))")" || exit 1
     per="$(awk -v s="$short" -v l="$long" -v n="$REQUESTS" 'BEGIN { printf "%.0f", (l - s) / n }')"
     case "$mode" in
         plain) label="plaintext, HTTP/1.1" ;;

@@ -6,7 +6,8 @@
 # by a private CA made here too (nothing is committed).
 #
 # Usage: scripts/tls-first-request.sh [N]   (default 50; DEADLINE_BIN: a built binary, default
-# target/release/deadline, built if missing). Installs curl and openssl with apt-get if missing.
+# target/release/deadline, built if missing). Installs curl, openssl and python3 with apt-get if
+# missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-50}"
@@ -14,7 +15,7 @@ BIN="${DEADLINE_BIN:-target/release/deadline}"
 if [ ! -x "$BIN" ]; then
     cargo build --release --bin deadline
 fi
-for tool in curl openssl; do
+for tool in curl openssl python3; do
     if ! command -v "$tool" >/dev/null; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
@@ -60,7 +61,7 @@ start() {
 start plain http --work 0
 PLAIN="$ADDR"
 start tls https --work 0 --tls-cert "$WORK/server.pem" --tls-key "$WORK/server.key"
-TLS_PORT="${ADDR##*:}"
+TLS_ADDR="$ADDR"
 
 # measure LABEL CURL-ARGS...: N fresh connections, then the medians in ms.
 measure() {
@@ -84,5 +85,5 @@ print(f"{label:<22} {len(rows):>4} {med(1):>10.3f} {(tls if tls > 0 else med(1))
 echo "medians in ms over $N fresh connections each (curl's timings; one hop, no work)"
 printf '%-22s %4s %10s %10s %10s\n' "" "n" "connected" "TLS done" "answered"
 measure "plaintext HTTP/1.1" --http1.1 "http://$PLAIN/items/7"
-measure "TLS, HTTP/1.1" --http1.1 --cacert "$WORK/ca.pem" "https://localhost:$TLS_PORT/items/7"
-measure "TLS, HTTP/2 (ALPN)" --http2 --cacert "$WORK/ca.pem" "https://localhost:$TLS_PORT/items/7"
+measure "TLS, HTTP/1.1" --http1.1 --cacert "$WORK/ca.pem" "https://$TLS_ADDR/items/7"
+measure "TLS, HTTP/2 (ALPN)" --http2 --cacert "$WORK/ca.pem" "https://$TLS_ADDR/items/7"

@@ -148,10 +148,10 @@ pub(crate) fn error_kind(err: &anyhow::Error) -> &'static str {
     for cause in err.chain() {
         if let Some(hyper) = cause.downcast_ref::<hyper::Error>() {
             if hyper.is_incomplete_message() {
-                return "connection closed before the answer";
+                return "closed, no answer";
             }
             if hyper.is_canceled() {
-                return "request canceled by the client";
+                return "canceled";
             }
             if hyper.is_closed() {
                 return "connection closed";
@@ -174,7 +174,7 @@ fn os_error_kind(err: &std::io::Error) -> Option<&'static str> {
     use std::io::ErrorKind;
     // EMFILE, ENFILE and EADDRNOTAVAIL have no stable `ErrorKind` of their own.
     match err.raw_os_error() {
-        Some(23 | 24) => return Some("out of file descriptors"),
+        Some(23 | 24) => return Some("out of fds"),
         Some(99) => return Some("no free local port"),
         _ => {}
     }
@@ -184,7 +184,7 @@ fn os_error_kind(err: &std::io::Error) -> Option<&'static str> {
         ErrorKind::ConnectionAborted => "connection aborted",
         ErrorKind::BrokenPipe => "broken pipe",
         ErrorKind::TimedOut => "timed out",
-        ErrorKind::UnexpectedEof => "connection closed before the answer",
+        ErrorKind::UnexpectedEof => "closed, no answer",
         _ => return None,
     })
 }
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn a_generator_out_of_descriptors_is_told_from_a_service_that_hung_up() {
         let emfile = anyhow::Error::new(std::io::Error::from_raw_os_error(24));
-        assert_eq!(error_kind(&emfile), "out of file descriptors");
+        assert_eq!(error_kind(&emfile), "out of fds");
         let reset = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
             .context("sending the user's request");
         assert_eq!(error_kind(&reset), "connection reset");
@@ -228,6 +228,6 @@ mod tests {
         .unwrap();
         server.await.unwrap();
         assert_eq!(user.status, None);
-        assert_eq!(user.error, Some("connection closed before the answer"));
+        assert_eq!(user.error, Some("closed, no answer"));
     }
 }

@@ -272,7 +272,7 @@ struct Outcome {
 }
 
 /// The `user_errors` kind of a user the generator reached only after its wait was over.
-const NOT_SENT: &str = "not sent: the generator reached it after its wait";
+const NOT_SENT: &str = "not sent, too late";
 
 /// One user of the load: arrives at `due` and waits `wait` from then.
 struct LoadUser {

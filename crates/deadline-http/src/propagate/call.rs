@@ -219,7 +219,8 @@ pub(super) fn end_span<RB>(
 ) {
     use crate::otel::AttemptEnding;
     let ending = match outcome {
-        Ok(Ok(response)) => AttemptEnding::Answered(response.status()),
+        // A gRPC reply's status is its `grpc-status`, as the call loop judges it.
+        Ok(Ok(response)) => AttemptEnding::Answered(super::grpc::verdict(response).0),
         Ok(Err(_)) => AttemptEnding::Error,
         Err(_) => AttemptEnding::Timeout,
     };

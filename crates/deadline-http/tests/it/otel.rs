@@ -374,3 +374,35 @@ async fn a_hedge_is_a_resend_and_the_attempt_it_beat_is_cancelled() {
     assert_eq!(int(hedge, RESEND_COUNT), 1);
     assert_ne!(first.span_context.span_id(), hedge.span_context.span_id());
 }
+
+/// A gRPC callee that answers HTTP 200 with `grpc-status: 4` (DEADLINE_EXCEEDED) in its head:
+/// the attempt's span says what the call loop judged, a deadline and 504, not `ok` and 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_span_reads_a_grpc_status_as_the_call_loop_does() {
+    let (provider, exporter) = provider();
+    let tracing = Tracing::provider(&provider);
+    let inventory = hop(
+        "inventory",
+        Tracing::off(),
+        |_request: Request<Incoming>| async {
+            let mut response = Response::new(Full::new(Bytes::new()));
+            response
+                .headers_mut()
+                .insert("content-type", "application/grpc".parse().unwrap());
+            response
+                .headers_mut()
+                .insert("grpc-status", "4".parse().unwrap());
+            Ok(response)
+        },
+    )
+    .await;
+    let gateway = gateway(tracing, inventory, 1).await;
+    send(gateway, &[(BUDGET_HEADER.as_str(), "2000")]).await;
+
+    // The gateway's server span and its one attempt.
+    let spans = spans(&exporter, 2).await;
+    let attempts = of_kind(&spans, SpanKind::Client);
+    assert_eq!(attempts.len(), 1, "{spans:#?}");
+    assert_eq!(text(attempts[0], OUTCOME), "deadline", "{spans:#?}");
+    assert_eq!(int(attempts[0], "http.response.status_code"), 504);
+}
