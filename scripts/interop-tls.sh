@@ -25,71 +25,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN="${DEADLINE_BIN:-target/release/deadline}"
-if [ ! -x "$BIN" ]; then
-    cargo build --release --bin deadline
-fi
-
-apt_updated=
-need_apt() {
-    if [ -z "$apt_updated" ]; then
-        apt-get update -qq
-        apt_updated=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
-command -v python3 >/dev/null || need_apt python3
-python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt python3-venv
-command -v curl >/dev/null || need_apt curl
-command -v openssl >/dev/null || need_apt openssl
-
+. scripts/lib/common.sh
+deadline_bin
+need_tools curl openssl
+python_venv target/interop-venv grpc 'grpcio>=1.60,<2'
 VENV=target/interop-venv
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import grpc' 2>/dev/null; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.60,<2'
-fi
 echo "grpcio $("$VENV/bin/python" -c 'import grpc; print(grpc.__version__)'), $(curl --version | head -1 | cut -d' ' -f1-2), $(openssl version | cut -d' ' -f1-2)"
 
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-# A private CA and a server certificate signed by it.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-    -subj "/CN=deadline interop CA" -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=localhost" \
-    -keyout "$WORK/server.key" -out "$WORK/server.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >"$WORK/ext.cnf"
-openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" \
-    -CAcreateserial -days 1 -extfile "$WORK/ext.cnf" -out "$WORK/server.pem" 2>/dev/null
+work_dir
+make_certs "$WORK"
 TLS=(--tls-cert "$WORK/server.pem" --tls-key "$WORK/server.key")
 
-# start NAME ARGS...: starts a TLS service, waits for its ready line, sets PORT.
+# start NAME ARGS...: a TLS service logging its holds; sets PORT.
 start() {
     local name="$1"
     shift
-    "$BIN" service --name "$name" --log "$WORK/$name.jsonl" "${TLS[@]}" "$@" \
-        >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    PIDS+=("$!")
-    for _ in $(seq 1 150); do
-        if grep -q '^listening on https://' "$WORK/$name.out" 2>/dev/null; then
-            PORT="$(sed -n 's|^listening on https://127.0.0.1:||p' "$WORK/$name.out" | head -1)"
-            return
-        fi
-        sleep 0.1
-    done
-    echo "$name did not start:" >&2
-    cat "$WORK/$name.err" >&2
-    exit 1
+    start_service "$name" https --log "$WORK/$name.jsonl" "${TLS[@]}" "$@"
+    PORT="${ADDR##*:}"
 }
 
 start inventory --work 1500

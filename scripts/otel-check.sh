@@ -21,47 +21,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN="${DEADLINE_BIN:-target/release/deadline}"
-if [ ! -x "$BIN" ]; then
-    cargo build --release --bin deadline
-fi
-
-apt_updated=
-need_apt() {
-    if [ -z "$apt_updated" ]; then
-        apt-get update -qq
-        apt_updated=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
-command -v python3 >/dev/null || need_apt python3
-python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt python3-venv
-command -v curl >/dev/null || need_apt curl
-
+. scripts/lib/common.sh
+deadline_bin
+need_tools curl
 VENV=target/otel-venv
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import oteltest.sink' 2>/dev/null; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check 'oteltest>=0.40,<1'
-fi
+python_venv "$VENV" oteltest.sink 'oteltest>=0.40,<1'
 echo "oteltest $("$VENV/bin/pip" show oteltest 2>/dev/null | sed -n 's/^Version: //p')"
 
-WORK="$(mktemp -d)"
-PIDS=()
-SINK_PID=""
-cleanup() {
-    for pid in "${PIDS[@]}" $SINK_PID; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}" $SINK_PID; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
+# PIDS[0] is the sink: the services are stopped first (they export what they hold as they stop),
+# the sink last.
+work_dir
 "$VENV/bin/python" scripts/otel-sink.py "$WORK/spans.jsonl" "$WORK/sink.port" \
     "${OTEL_CHECK_PORT:-0}" 2>"$WORK/sink.err" &
 SINK_PID=$!
+PIDS+=("$SINK_PID")
 for _ in $(seq 1 100); do
     [ -s "$WORK/sink.port" ] && break
     if ! kill -0 "$SINK_PID" 2>/dev/null; then
@@ -75,22 +48,11 @@ done
 OTLP="http://127.0.0.1:$(cat "$WORK/sink.port")"
 echo "sink on $OTLP"
 
-# start NAME ARGS...: starts a service exporting to the sink, waits for its ready line, sets ADDR.
+# start NAME ARGS...: a service exporting to the sink; sets ADDR.
 start() {
     local name="$1"
     shift
-    "$BIN" service --name "$name" --otlp "$OTLP" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    PIDS+=("$!")
-    for _ in $(seq 1 150); do
-        if grep -q '^listening on http://' "$WORK/$name.out" 2>/dev/null; then
-            ADDR="$(sed -n 's|^listening on http://||p' "$WORK/$name.out" | head -1)"
-            return
-        fi
-        sleep 0.1
-    done
-    echo "FAILED: $name did not start:" >&2
-    cat "$WORK/$name.err" >&2
-    exit 1
+    start_service "$name" http --otlp "$OTLP" "$@"
 }
 
 start inventory --work 20
@@ -109,14 +71,15 @@ curl -sf -o /dev/null -H 'Deadline-Budget-Ms: 1500' "http://$GATEWAY/items/2"
 # The counters before stopping: nothing dropped, nothing failed.
 DROPS="$(curl -sf "http://$GATEWAY/metrics" | grep -E '^deadline_otel_spans_(dropped|failed)_total' || true)"
 
-# Stopping flushes each service's exporter (and prints what became of its spans).
-for pid in "${PIDS[@]}"; do
+# Stopping flushes each service's exporter (and prints what became of its spans); the sink
+# (PIDS[0]) keeps receiving until the exit.
+for pid in "${PIDS[@]:1}"; do
     kill -TERM "$pid" 2>/dev/null || true
 done
-for pid in "${PIDS[@]}"; do
+for pid in "${PIDS[@]:1}"; do
     wait "$pid" 2>/dev/null || true
 done
-PIDS=()
+PIDS=("$SINK_PID")
 grep -h 'OTLP to' "$WORK"/{gateway,orders,inventory}.err || true
 
 status=0

@@ -14,61 +14,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN="${DEADLINE_BIN:-target/release/deadline}"
-if [ ! -x "$BIN" ]; then
-    cargo build --release --bin deadline
-fi
-
-apt_updated=
-need_apt() {
-    if [ -z "$apt_updated" ]; then
-        apt-get update -qq
-        apt_updated=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
-command -v python3 >/dev/null || need_apt python3
-python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt python3-venv
-command -v curl >/dev/null || need_apt curl
-command -v chromium >/dev/null || need_apt chromium
-
+. scripts/lib/common.sh
+deadline_bin
+need_tools curl chromium
 VENV=target/interop-venv
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import grpc' 2>/dev/null; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.60,<2'
-fi
+python_venv "$VENV" grpc 'grpcio>=1.60,<2'
 echo "grpcio $("$VENV/bin/python" -c 'import grpc; print(grpc.__version__)'), $(curl --version | head -1 | cut -d' ' -f1-2), $(chromium --version 2>/dev/null)"
 
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+work_dir
 
-# start NAME ARGS...: starts a streaming service, waits for its ready line, sets ADDR.
+# start NAME ARGS...: a service logging its holds; sets ADDR.
 start() {
     local name="$1"
     shift
-    "$BIN" service --name "$name" --stream 20:100 --log "$WORK/$name.jsonl" "$@" \
-        >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    PIDS+=("$!")
-    for _ in $(seq 1 150); do
-        if grep -q '^listening on http://' "$WORK/$name.out" 2>/dev/null; then
-            ADDR="$(sed -n 's|^listening on http://||p' "$WORK/$name.out" | head -1)"
-            return
-        fi
-        sleep 0.1
-    done
-    echo "$name did not start:" >&2
-    cat "$WORK/$name.err" >&2
-    exit 1
+    start_service "$name" http --stream 20:100 --log "$WORK/$name.jsonl" "$@"
 }
 
 start inventory

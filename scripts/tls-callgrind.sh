@@ -16,16 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS="${1:-300}"
 WARMUP="${2:-100}"
-BIN="${DEADLINE_BIN:-target/release/deadline}"
-if [ ! -x "$BIN" ]; then
-    cargo build --release --bin deadline
-fi
-for tool in valgrind curl openssl; do
-    if ! command -v "$tool" >/dev/null; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
-    fi
-done
+. scripts/lib/common.sh
+deadline_bin
+need_tools valgrind curl openssl
 
 WORK="$(mktemp -d)"
 # `instructions` runs in a subshell (`$(...)`), so the service's pid is kept in a file the
@@ -38,18 +31,15 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
-
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-    -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-    -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+make_certs "$WORK"
 
 # instructions MODE COUNT: the service's total instructions for COUNT requests over one
 # connection (MODE: plain, tls-h1, tls-h2).
 instructions() {
     local mode="$1" count="$2" run="$WORK/$1-$2-$RANDOM" scheme=http tls=() proto=(--http1.1)
     case "$mode" in
-        tls-h1) scheme=https tls=(--tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem") ;;
-        tls-h2) scheme=https tls=(--tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem") proto=(--http2) ;;
+        tls-h1) scheme=https tls=(--tls-cert "$WORK/server.pem" --tls-key "$WORK/server.key") ;;
+        tls-h2) scheme=https tls=(--tls-cert "$WORK/server.pem" --tls-key "$WORK/server.key") proto=(--http2) ;;
     esac
     valgrind --tool=callgrind --callgrind-out-file="$run.cg" \
         "$BIN" service --name hop --work 0 "${tls[@]}" >"$run.out" 2>"$run.err" </dev/null &
@@ -71,7 +61,7 @@ instructions() {
         printf 'url = "%s"\noutput = "/dev/null"\n' "$url"
     done >"$run.curl"
     local codes
-    codes="$(curl -sS "${proto[@]}" --cacert "$WORK/cert.pem" -H 'Deadline-Budget-Ms: 1950' \
+    codes="$(curl -sS "${proto[@]}" --cacert "$WORK/ca.pem" -H 'Deadline-Budget-Ms: 1950' \
         -w '%{http_code} %{num_connects}\n' -K "$run.curl" | sort | uniq -c | tr -s ' ')"
     # Every answer a 200, and one connection for all of them.
     if [ "$(echo "$codes" | wc -l)" -ne 2 ] || ! echo "$codes" | grep -q " $((count - 1)) 200 0$"; then

@@ -11,56 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-50}"
-BIN="${DEADLINE_BIN:-target/release/deadline}"
-if [ ! -x "$BIN" ]; then
-    cargo build --release --bin deadline
-fi
-for tool in curl openssl python3; do
-    if ! command -v "$tool" >/dev/null; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
-    fi
-done
-
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-    -subj "/CN=deadline bench CA" -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=localhost" \
-    -keyout "$WORK/server.key" -out "$WORK/server.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$WORK/ext.cnf"
-openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" \
-    -CAcreateserial -days 1 -extfile "$WORK/ext.cnf" -out "$WORK/server.pem" 2>/dev/null
-
-# start NAME SCHEME ARGS...: starts a service, waits for its ready line, sets ADDR.
-start() {
-    local name="$1" scheme="$2"
-    shift 2
-    "$BIN" service --name "$name" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    PIDS+=("$!")
-    for _ in $(seq 1 150); do
-        if grep -q "^listening on $scheme://" "$WORK/$name.out" 2>/dev/null; then
-            ADDR="$(sed -n "s|^listening on $scheme://||p" "$WORK/$name.out" | head -1)"
-            return
-        fi
-        sleep 0.1
-    done
-    echo "$name did not start:" >&2
-    cat "$WORK/$name.err" >&2
-    exit 1
-}
-start plain http --work 0
+. scripts/lib/common.sh
+deadline_bin
+need_tools curl openssl python3
+work_dir
+make_certs "$WORK"
+start_service plain http --work 0
 PLAIN="$ADDR"
-start tls https --work 0 --tls-cert "$WORK/server.pem" --tls-key "$WORK/server.key"
+start_service tls https --work 0 --tls-cert "$WORK/server.pem" --tls-key "$WORK/server.key"
 TLS_ADDR="$ADDR"
 
 # measure LABEL CURL-ARGS...: N fresh connections, then the medians in ms.
