@@ -212,18 +212,12 @@ enum Part {
 pub(crate) struct Scan<'a> {
     /// The elements not read yet (`None` once the last one was taken).
     rest: Option<&'a str>,
-    /// Where `rest` begins in the text, in bytes.
-    at: usize,
     part: Part,
     previous_depth: Option<usize>,
     /// Valid spans read so far (stored or not).
     spans: usize,
     /// The next budget's index must be at least this.
     next_budget: usize,
-    /// Where the first budget element begins in the text, once read.
-    budgets_at: Option<usize>,
-    /// Where the text begins and ends in the input, in bytes.
-    text_in_input: (usize, usize),
     plus: u64,
     /// The text was cut before an element that is not UTF-8: its last element is then not the
     /// value's last, so a `+N` there is not read.
@@ -234,39 +228,15 @@ impl<'a> Scan<'a> {
     /// Scans `input`: its first 64 KiB (cut back to the last comma in them, so no element is
     /// read half), without the spaces and tabs around it.
     pub(crate) fn new(input: &'a [u8]) -> Scan<'a> {
-        let (text, cut, start) = scanned_text(input);
+        let (text, cut) = scanned_text(input);
         Scan {
             rest: (!text.is_empty()).then_some(text),
-            at: 0,
             part: Part::Spans,
             previous_depth: None,
             spans: 0,
             next_budget: 0,
-            budgets_at: None,
-            text_in_input: (start, start + text.len()),
             plus: 0,
             cut,
-        }
-    }
-
-    /// The budget elements alone: `section` is the part of a value from its first budget
-    /// element to the end of what a scan of it read (see [`budgets`](Scan::budgets)), after
-    /// `spans` valid spans. It yields what that scan read there, without reading the spans
-    /// again.
-    pub(crate) fn budgets_only(section: &'a [u8], spans: usize) -> Scan<'a> {
-        // A slice of text the scan already checked, cut at commas: UTF-8, ASCII in fact.
-        let text = std::str::from_utf8(section).unwrap_or_default();
-        Scan {
-            rest: (!text.is_empty()).then_some(text),
-            at: 0,
-            part: Part::Budgets,
-            previous_depth: None,
-            spans,
-            next_budget: 0,
-            budgets_at: Some(0),
-            text_in_input: (0, text.len()),
-            plus: 0,
-            cut: false,
         }
     }
 
@@ -275,37 +245,22 @@ impl<'a> Scan<'a> {
         self.plus
     }
 
-    /// Where the budgets are in the input, in bytes, if one was read: from the first budget
-    /// element to the end of the text read, for [`budgets_only`](Scan::budgets_only).
-    pub(crate) fn budgets(&self) -> Option<std::ops::Range<usize>> {
-        let (start, end) = self.text_in_input;
-        self.budgets_at.map(|at| start + at..end)
-    }
-
     /// Valid spans read so far (stored or not).
     pub(crate) fn spans(&self) -> usize {
         self.spans
     }
 }
 
-/// The text [`Scan`] reads of `input`, whether it was cut before an element that is not UTF-8,
-/// and where it begins in `input`.
-fn scanned_text(input: &[u8]) -> (&str, bool, usize) {
+/// The text [`Scan`] reads of `input`, and whether it was cut before an element that is not
+/// UTF-8.
+fn scanned_text(input: &[u8]) -> (&str, bool) {
     let mut input = input;
     if input.len() > MAX_DECODE_LEN {
         let head = input.get(..MAX_DECODE_LEN).unwrap_or_default();
         let cut = head.iter().rposition(|&b| b == b',').unwrap_or(0);
         input = head.get(..cut).unwrap_or_default();
     }
-    let trimmed = trim(input);
-    // `trim` cuts spaces and tabs off both ends: what it cut at the start is what precedes.
-    let start = input
-        .iter()
-        .take_while(|&&b| b == b' ' || b == b'\t')
-        .count()
-        .min(input.len() - trimmed.len());
-    let (text, cut) = whole_elements(trimmed);
-    (text, cut, start)
+    whole_elements(trim(input))
 }
 
 /// `input` as text, checked once: all of it when it is UTF-8, else the elements before the one
@@ -344,24 +299,22 @@ impl<'a> Iterator for Scan<'a> {
 
 impl<'a> Scan<'a> {
     /// The next element's text, and whether it is the value's last.
-    fn take_element(&mut self) -> Option<(&'a str, usize, bool)> {
+    fn take_element(&mut self) -> Option<(&'a str, bool)> {
         let rest = self.rest?;
-        let at = self.at;
         match rest.split_once(',') {
             Some((element, rest)) => {
                 self.rest = Some(rest);
-                self.at += element.len() + 1;
-                Some((element, at, false))
+                Some((element, false))
             }
             None => {
                 self.rest = None;
-                Some((rest, at, true))
+                Some((rest, true))
             }
         }
     }
 
     fn next_item(&mut self) -> Option<Item<'a>> {
-        let (element, at, last) = self.take_element()?;
+        let (element, last) = self.take_element()?;
         if let Some(digits) = element.strip_prefix('+') {
             // `+N` must be the last element.
             if last && !self.cut {
@@ -377,7 +330,6 @@ impl<'a> Scan<'a> {
             }
             if self.part == Part::Spans {
                 self.part = Part::Budgets;
-                self.budgets_at = Some(at);
             }
             self.next_budget = index + 1;
             return Some(Item::Budget { index, ms });

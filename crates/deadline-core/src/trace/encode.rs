@@ -258,11 +258,9 @@ pub(crate) fn walk_call(call: &CallSpan, depth: usize, visit: &mut dyn Visit) {
         let Some(callee) = &attempt.callee else {
             continue;
         };
-        // The callee's budgets, indices rising, beside its spans: a budget is a budget, not a
-        // time, so it is neither shifted nor held inside the attempt.
-        let mut budgets = callee.budgets().peekable();
-        for (index, element) in callee.elements().enumerate() {
-            let budget_ms = budgets.next_if(|&(i, _)| i == index).map(|(_, ms)| ms);
+        // Each element with its budget: a budget is a budget, not a time, so it is neither
+        // shifted nor held inside the attempt.
+        for (element, budget_ms) in callee.elements() {
             visit.element(
                 depth + 2 + element.depth,
                 Fields {

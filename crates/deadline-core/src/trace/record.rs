@@ -7,10 +7,11 @@
 //! under the attempt, in its own trace. Decoding it into a [`Span`] tree only to encode it again
 //! costs a string per name and outcome and a vector per level, on every outbound call. An
 //! [`EncodedTrace`] instead keeps the header value (a reference count, for hyper's buffers),
-//! checked once with the decoder's own reading rules, and the encoder writes its elements
-//! straight from the text, one level deeper per nesting and shifted onto the caller's clock. The
-//! result is the same text as decoding, shifting and encoding it (a property test holds the two
-//! together); only [`CallSpan::to_span`] still decodes, for callers who want the tree.
+//! checked once with the decoder's own reading rules (keeping where each element's fields are in
+//! it), and the encoder writes its elements straight from the text, one level deeper per nesting
+//! and shifted onto the caller's clock. The result is the same text as decoding, shifting and
+//! encoding it (a property test holds the two together); only [`CallSpan::to_span`] still
+//! decodes, for callers who want the tree.
 
 use std::sync::Arc;
 
@@ -31,8 +32,22 @@ pub struct EncodedTrace {
     spans: usize,
     /// Spans [`Trace::decode`] would count as dropped.
     dropped: u64,
-    /// Where its budgets are in the value, if it has any.
-    budgets: Option<std::ops::Range<usize>>,
+    /// The kept elements, read once when the value was checked: the encoder writes each of them
+    /// twice (once to size the trace, once to write it), and reading the text again each time
+    /// cost more than keeping where each field is.
+    kept: Vec<Kept>,
+}
+
+/// One kept span element of an [`EncodedTrace`]: its fields, with its name and outcome as byte
+/// ranges of the value, and its budget at arrival if the value gave one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Kept {
+    depth: usize,
+    name: std::ops::Range<usize>,
+    start_ms: u64,
+    end_ms: u64,
+    outcome: Option<std::ops::Range<usize>>,
+    budget_ms: Option<u64>,
 }
 
 impl EncodedTrace {
@@ -47,10 +62,35 @@ impl EncodedTrace {
     /// assert_eq!(callee.decode().encode(), "inventory@0-12=200,.work@0-12=ok,+2");
     /// ```
     pub fn new(value: HeaderValue) -> EncodedTrace {
-        let mut scan = Scan::new(value.as_bytes());
-        scan.by_ref().for_each(drop);
+        let bytes = value.as_bytes();
+        // Every name and outcome the scan yields is a slice of `bytes`: where it starts there.
+        let base = bytes.as_ptr() as usize;
+        let range = |text: &str| {
+            let start = (text.as_ptr() as usize).saturating_sub(base);
+            start..start + text.len()
+        };
+        let mut kept: Vec<Kept> = Vec::new();
+        let mut scan = Scan::new(bytes);
+        for item in scan.by_ref() {
+            match item {
+                Item::Span(element) if kept.len() < MAX_SPANS => kept.push(Kept {
+                    depth: element.depth,
+                    name: range(element.name),
+                    start_ms: element.start_ms,
+                    end_ms: element.end_ms,
+                    outcome: element.outcome.map(range),
+                    budget_ms: None,
+                }),
+                Item::Span(_) => {}
+                // The scan yields budgets only for stored spans, after every span.
+                Item::Budget { index, ms } => {
+                    if let Some(span) = kept.get_mut(index) {
+                        span.budget_ms = Some(ms);
+                    }
+                }
+            }
+        }
         let valid = scan.spans();
-        let budgets = scan.budgets();
         let spans = valid.min(MAX_SPANS);
         let extra = u64::try_from(valid - spans).unwrap_or(u64::MAX);
         let dropped = extra.saturating_add(scan.plus()).min(super::MAX_MS);
@@ -58,7 +98,7 @@ impl EncodedTrace {
             value,
             spans,
             dropped,
-            budgets,
+            kept,
         }
     }
 
@@ -77,28 +117,28 @@ impl EncodedTrace {
         Trace::from_header_value(&self.value)
     }
 
-    /// The kept elements, in order.
-    pub(crate) fn elements(&self) -> impl Iterator<Item = Element<'_>> {
-        Scan::new(self.value.as_bytes())
-            .map_while(|item| match item {
-                Item::Span(element) => Some(element),
-                Item::Budget { .. } => None,
-            })
-            .take(self.spans)
-    }
-
-    /// The kept elements' budgets at arrival, as (index among the kept elements, ms), indices
-    /// rising: what [`Trace::decode`] gives the spans.
-    pub(crate) fn budgets(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        let section = self
-            .budgets
-            .clone()
-            .and_then(|range| self.value.as_bytes().get(range))
-            .unwrap_or_default();
-        let scan = Scan::budgets_only(section, self.spans);
-        scan.filter_map(|item| match item {
-            Item::Budget { index, ms } => Some((index, ms)),
-            Item::Span(_) => None,
+    /// The kept elements, in order, each with its budget at arrival if it had one: what
+    /// [`Trace::decode`] gives the spans.
+    pub(crate) fn elements(&self) -> impl Iterator<Item = (Element<'_>, Option<u64>)> {
+        let bytes = self.value.as_bytes();
+        // Ranges of text the scan read: ASCII, so every one is a `str`.
+        let text = move |range: &std::ops::Range<usize>| {
+            bytes
+                .get(range.clone())
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or_default()
+        };
+        self.kept.iter().map(move |span| {
+            (
+                Element {
+                    depth: span.depth,
+                    name: text(&span.name),
+                    start_ms: span.start_ms,
+                    end_ms: span.end_ms,
+                    outcome: span.outcome.as_ref().map(text),
+                },
+                span.budget_ms,
+            )
         })
     }
 }
