@@ -307,12 +307,13 @@ impl ServerSpan {
         self.span.as_ref().map_or(&NO_SPAN, |s| s.span_context())
     }
 
-    /// Ends the span with what `hold` says, `elapsed` after arrival.
-    pub(crate) fn end(&mut self, hold: &Hold, elapsed: Duration) {
+    /// Ends the span with what `hold` says, now (the clock is read only for a recording span).
+    pub(crate) fn end(&mut self, hold: &Hold) {
         let Some(span) = &mut self.span else {
             return;
         };
         if span.is_recording() {
+            let elapsed = tokio::time::Instant::now().saturating_duration_since(hold.arrival);
             let mut attributes = Vec::with_capacity(5);
             if let Some(budget) = hold.budget_ms {
                 let budget = i64::try_from(budget).unwrap_or(i64::MAX);
@@ -424,6 +425,12 @@ impl fmt::Debug for AttemptSpan {
 }
 
 impl AttemptSpan {
+    /// Whether there is a span to end: `false` when tracing is off, so a caller can skip
+    /// working out how the attempt ended.
+    pub(crate) fn is_live(&self) -> bool {
+        self.span.is_some()
+    }
+
     /// Ends the span: the attempt ended as `ending`, with `remaining` left of the call's
     /// deadline (if it has one).
     pub(crate) fn end(mut self, ending: AttemptEnding, remaining: Option<Duration>) {

@@ -191,10 +191,7 @@ impl Recorder {
         self.settings.metrics.record(&self.draft.hold);
         self.settings.prometheus.record(&self.draft.hold);
         #[cfg(feature = "otel")]
-        self.span.end(
-            &self.draft.hold,
-            Instant::now().saturating_duration_since(self.draft.hold.arrival),
-        );
+        self.span.end(&self.draft.hold);
         let detail = self.draft.detail.as_deref();
         let request_id = detail
             .and_then(|d| d.request_id.as_ref())

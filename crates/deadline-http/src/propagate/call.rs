@@ -157,7 +157,7 @@ where
             .await;
             let end = Instant::now();
             #[cfg(feature = "otel")]
-            end_span(span, &outcome, deadline, end);
+            end_span(span, &outcome, deadline, || end);
             match judge(
                 outcome,
                 end,
@@ -209,22 +209,26 @@ pub(super) fn start_span<B>(
 }
 
 /// Ends an attempt's OpenTelemetry span with its `outcome` at `end`, under the call's
-/// `deadline`.
+/// `deadline`. Without a span (tracing off), it reads nothing: not the answer's status, not the
+/// clock.
 #[cfg(feature = "otel")]
 pub(super) fn end_span<RB>(
     span: crate::otel::AttemptSpan,
     outcome: &Result<Result<Response<RB>, BoxError>, Elapsed>,
     deadline: Option<Deadline>,
-    end: Instant,
+    end: impl FnOnce() -> Instant,
 ) {
     use crate::otel::AttemptEnding;
+    if !span.is_live() {
+        return;
+    }
     let ending = match outcome {
         // A gRPC reply's status is its `grpc-status`, as the call loop judges it.
         Ok(Ok(response)) => AttemptEnding::Answered(super::grpc::verdict(response).0),
         Ok(Err(_)) => AttemptEnding::Error,
         Err(_) => AttemptEnding::Timeout,
     };
-    span.end(ending, deadline.map(|d| d.remaining(end.into_std())));
+    span.end(ending, deadline.map(|d| d.remaining(end().into_std())));
 }
 
 /// Records the call now; a response's body then reports to the call's span how it ends (a body

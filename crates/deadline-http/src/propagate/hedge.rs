@@ -131,7 +131,7 @@ where
     .await;
     // A flight dropped before this (a hedge that lost) ends its span as `cancelled`.
     #[cfg(feature = "otel")]
-    super::call::end_span(span.0, &outcome, span.1, Instant::now());
+    super::call::end_span(span.0, &outcome, span.1, Instant::now);
     outcome
 }
 
