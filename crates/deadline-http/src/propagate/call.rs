@@ -39,12 +39,57 @@ pub(super) struct Call<S, B> {
     pub(super) max_body: u64,
     /// Whether each attempt's request carries its end (for an evicting client below).
     pub(super) mark_attempts: bool,
-    /// Whether each attempt's request carries its planned budget, for a client below that
-    /// stamps it again once connected ([`LateStamp`]).
+    /// What each attempt's request carries besides its budget headers.
+    pub(super) dress: Dress,
+}
+
+/// What each attempt's request carries besides its budget headers, chosen once per call: its
+/// planned budget for a client below that stamps it again once connected ([`LateStamp`]), and
+/// its OpenTelemetry span. The one place the call loop and both of hedging's sends dress an
+/// attempt.
+pub(super) struct Dress {
+    /// Whether each attempt's request carries its planned budget.
     pub(super) stamp_late: bool,
-    /// The tracer and parent of the attempts' OpenTelemetry spans.
+    /// The tracer and parent of the attempts' spans.
     #[cfg(feature = "otel")]
     pub(super) spans: crate::otel::CallSpans,
+}
+
+/// An attempt's OpenTelemetry span (nothing without the feature).
+#[cfg(feature = "otel")]
+pub(super) type AttemptSpan = crate::otel::AttemptSpan;
+/// An attempt's OpenTelemetry span (nothing without the feature).
+#[cfg(not(feature = "otel"))]
+pub(super) type AttemptSpan = ();
+
+impl Dress {
+    /// Dresses the `number`-th attempt's `request`, planned at `at` with `budget`: the late
+    /// stamp (an attempt without a budget has no header to rewrite, and carries nothing), and
+    /// the attempt's span, whose `traceparent` goes in its headers.
+    pub(super) fn dress<B: Clone>(
+        &self,
+        request: &mut Request<B>,
+        at: Instant,
+        number: u32,
+        budget: Option<Budget>,
+        requests: &AttemptRequests<B>,
+    ) -> AttemptSpan {
+        if self.stamp_late
+            && let Some(budget) = budget
+        {
+            let stamp = LateStamp::new(at, budget, requests.dialect_set().clone());
+            request.extensions_mut().insert(stamp);
+        }
+        #[cfg(feature = "otel")]
+        {
+            let method = request.method().clone();
+            let budget_ms = budget.map(Budget::as_millis);
+            self.spans
+                .attempt(&method, request.headers_mut(), number, budget_ms)
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = number;
+    }
 }
 
 /// How the last attempt that did not succeed ended.
@@ -85,9 +130,7 @@ where
             retries,
             max_body,
             mark_attempts,
-            stamp_late,
-            #[cfg(feature = "otel")]
-            spans,
+            dress,
         } = self;
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
@@ -136,18 +179,20 @@ where
                 continue;
             };
             metrics.attempt(plan.sent());
-            #[cfg(feature = "otel")]
-            let span = start_span(&spans, &mut attempt_request, plan.sent(), attempt.budget);
+            #[cfg_attr(not(feature = "otel"), allow(clippy::let_unit_value, unused_variables))]
+            let span = dress.dress(
+                &mut attempt_request,
+                sent_at,
+                plan.sent(),
+                attempt.budget,
+                &requests,
+            );
             let _calling = record.as_mut().map(|record| record.begin(sent_at));
             // The attempt's wait covers its response's body too (see `body`).
             let until = AttemptEnd::of(sent_at, &attempt, &policy);
             // For the client below: a connection an attempt timed out on is not reused.
             if mark_attempts {
                 attempt_request.extensions_mut().insert(until);
-            }
-            // For a client that connects first: the budget is written again once it has.
-            if stamp_late {
-                late_stamp(&mut attempt_request, sent_at, attempt.budget, &requests);
             }
             let outcome = tokio::time::timeout_at(until.at, async {
                 let ready = inner.ready().await.map_err(Into::into)?;
@@ -178,34 +223,6 @@ where
             }
         }
     }
-}
-
-/// Puts in `request` the budget its attempt was planned with at `planned_at`, for the client
-/// below to stamp again once its connection is ready. An attempt without a budget has no
-/// header to rewrite, and carries nothing.
-pub(super) fn late_stamp<B: Clone>(
-    request: &mut Request<B>,
-    planned_at: Instant,
-    budget: Option<Budget>,
-    requests: &AttemptRequests<B>,
-) {
-    if let Some(budget) = budget {
-        let stamp = LateStamp::new(planned_at, budget, requests.dialect_set().clone());
-        request.extensions_mut().insert(stamp);
-    }
-}
-
-/// Starts the OpenTelemetry span of the `number`-th attempt, sending `budget`, and writes its
-/// `traceparent` into the attempt's request.
-#[cfg(feature = "otel")]
-pub(super) fn start_span<B>(
-    spans: &crate::otel::CallSpans,
-    request: &mut Request<B>,
-    number: u32,
-    budget: Option<Budget>,
-) -> crate::otel::AttemptSpan {
-    let (parts, headers) = (request.method().clone(), request.headers_mut());
-    spans.attempt(&parts, headers, number, budget.map(Budget::as_millis))
 }
 
 /// Ends an attempt's OpenTelemetry span with its `outcome` at `end`, under the call's

@@ -38,7 +38,7 @@ use tower_service::Service;
 use super::UNNAMED_TARGET;
 use super::attempt::AttemptRequests;
 use super::body::{AttemptEnd, CallBody};
-use super::call::{Call, Failure, late_stamp, report_body, start_record, stopped, target_name};
+use super::call::{Call, Failure, report_body, start_record, stopped, target_name};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
 use crate::error::{BoxError, CallError};
@@ -169,9 +169,7 @@ where
             retries,
             max_body,
             mark_attempts,
-            stamp_late,
-            #[cfg(feature = "otel")]
-            spans,
+            dress,
         } = self;
         let (target, record) = start_record(target, context, &request);
         let name = || {
@@ -222,14 +220,8 @@ where
                 let Some(mut request) = requests.next(plan.sent(), attempt.budget) else {
                     continue;
                 };
-                if stamp_late {
-                    late_stamp(&mut request, at, attempt.budget, &requests);
-                }
-                #[cfg(feature = "otel")]
-                let span = (
-                    super::call::start_span(&spans, &mut request, plan.sent(), attempt.budget),
-                    deadline,
-                );
+                #[cfg_attr(not(feature = "otel"), allow(clippy::let_unit_value, unused_variables))]
+                let span = dress.dress(&mut request, at, plan.sent(), attempt.budget, &requests);
                 drop(last.take());
                 metrics.attempt(plan.sent());
                 first_sent.get_or_insert(at);
@@ -240,7 +232,7 @@ where
                     max_body,
                     mark_attempts,
                     #[cfg(feature = "otel")]
-                    span,
+                    (span, deadline),
                 )));
                 hedged.out.push(Flight::new(at, &attempt, &policy));
                 hedge_timer = next_hedge(&retries, delay, at);
@@ -275,18 +267,16 @@ where
                             else {
                                 continue;
                             };
-                            if stamp_late {
-                                late_stamp(&mut request, at, attempt.budget, &requests);
-                            }
-                            #[cfg(feature = "otel")]
-                            let span = (
-                                super::call::start_span(
-                                    &spans,
-                                    &mut request,
-                                    plan.sent(),
-                                    attempt.budget,
-                                ),
-                                deadline,
+                            #[cfg_attr(
+                                not(feature = "otel"),
+                                allow(clippy::let_unit_value, unused_variables)
+                            )]
+                            let span = dress.dress(
+                                &mut request,
+                                at,
+                                plan.sent(),
+                                attempt.budget,
+                                &requests,
                             );
                             metrics.hedge();
                             let until = AttemptEnd::of(at, &attempt, &policy);
@@ -297,7 +287,7 @@ where
                                 max_body,
                                 mark_attempts,
                                 #[cfg(feature = "otel")]
-                                span,
+                                (span, deadline),
                             )));
                             hedged.out.push(Flight::new(at, &attempt, &policy));
                             hedge_timer = next_hedge(&retries, delay, at);

@@ -504,8 +504,6 @@ impl<S> PropagateDeadline<S> {
             context.as_ref().and_then(DeadlineContext::span_context),
         );
         let call = Call {
-            #[cfg(feature = "otel")]
-            spans,
             inner: self.inner.clone(),
             policy: self.policy,
             request,
@@ -518,7 +516,11 @@ impl<S> PropagateDeadline<S> {
             retries: Arc::clone(&self.retries),
             max_body: self.max_body,
             mark_attempts: self.mark_attempts,
-            stamp_late: self.stamp_late,
+            dress: call::Dress {
+                stamp_late: self.stamp_late,
+                #[cfg(feature = "otel")]
+                spans,
+            },
         };
         match answer_target {
             None => ResponseFuture::new(call.run()),
