@@ -112,13 +112,7 @@ curl_check "2 504" -H 'Deadline-Budget-Ms: 0' "http://$INVENTORY/items/7"
 curl_check "2 400" -H 'Deadline-Budget-Ms: +5' "http://$INVENTORY/items/7"
 
 # Stop the services so their hold logs are complete, then read the budgets of call 2.
-for pid in "${PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-done
-for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-done
-PIDS=()
+stop_services
 "$VENV/bin/python" - "$WORK/orders.jsonl" "$WORK/inventory.jsonl" <<'PY' || status=1
 import json, sys
 def budget(path):

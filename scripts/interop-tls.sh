@@ -125,13 +125,7 @@ fi
 curl_check "2 200" --http2 -H 'Deadline-Budget-Ms: 3000' "$URL"
 
 # Stop the services so their hold logs are complete, then read the budgets of call 2.
-for pid in "${PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-done
-for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-done
-PIDS=()
+stop_services
 "$VENV/bin/python" - "$WORK/orders.jsonl" "$WORK/inventory.jsonl" <<'PY' || status=1
 import json, sys
 def budget(path):

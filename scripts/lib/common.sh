@@ -10,6 +10,8 @@
 #                              SPEC... there when it does not)
 #   work_dir                   sets WORK (a temporary directory) and PIDS; on exit, every pid in
 #                              PIDS is stopped and WORK removed
+#   stop_services              stops every pid in PIDS now (SIGTERM: a service drains and
+#                              completes its hold log), waits for them, and empties PIDS
 #   start_service NAME SCHEME ARG...
 #                              runs `$BIN service --name NAME ARG...` (stdout and stderr in
 #                              $WORK/NAME.out and .err), waits for its `listening on SCHEME://`
@@ -54,14 +56,19 @@ python_venv() {
     fi
 }
 
-_stop_all() {
+stop_services() {
     local pid
     for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
+        kill -TERM "$pid" 2>/dev/null || true
     done
     for pid in "${PIDS[@]}"; do
         wait "$pid" 2>/dev/null || true
     done
+    PIDS=()
+}
+
+_stop_all() {
+    stop_services
     rm -rf "$WORK"
 }
 
