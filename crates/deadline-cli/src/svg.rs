@@ -28,6 +28,22 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
+/// A light horizontal grid line at `y` across a plot that starts at `left`, with `label` to
+/// its left: the value axes of the load chart and of `deadline jobs`' chart.
+pub(crate) fn grid_line(out: &mut String, left: f64, y: f64, label: &str) {
+    let _ = writeln!(
+        out,
+        r##"<line x1="{left}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e5e5e5"/>"##,
+        WIDTH - RIGHT
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{label}</text>"#,
+        left - 8.0,
+        y + 4.0
+    );
+}
+
 fn open(out: &mut String, height: f64, title: &str) {
     let _ = writeln!(
         out,
@@ -408,17 +424,11 @@ impl ChartFrame {
     /// A grid line and label every 25 %.
     fn share_grid(&self, out: &mut String) {
         for pct in [0u32, 25, 50, 75, 100] {
-            let ty = self.y(f64::from(pct) / 100.0);
-            let _ = writeln!(
+            grid_line(
                 out,
-                r##"<line x1="{LEFT}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e5e5e5"/>"##,
-                WIDTH - RIGHT
-            );
-            let _ = writeln!(
-                out,
-                r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{pct} %</text>"#,
-                LEFT - 8.0,
-                ty + 4.0
+                LEFT,
+                self.y(f64::from(pct) / 100.0),
+                &format!("{pct} %"),
             );
         }
     }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::Settings;
 use super::report::{RunReport, run_name};
-use crate::svg::escape;
+use crate::svg::{escape, grid_line};
 
 const WIDTH: f64 = 960.0;
 const LEFT: f64 = 90.0;
@@ -42,18 +42,7 @@ fn nice_max(value: f64) -> f64 {
 fn axes(out: &mut String, panel: &Panel, x_max_s: f64, x: &dyn Fn(f64) -> f64, unit: &str) {
     for i in 0..=4 {
         let value = panel.max * f64::from(i) / 4.0;
-        let ty = panel.y(value);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{LEFT}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e5e5e5"/>"##,
-            WIDTH - RIGHT
-        );
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{value:.0}{unit}</text>"#,
-            LEFT - 8.0,
-            ty + 4.0
-        );
+        grid_line(out, LEFT, panel.y(value), &format!("{value:.0}{unit}"));
     }
     let bottom = panel.bottom;
     let _ = writeln!(
