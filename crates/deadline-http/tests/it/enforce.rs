@@ -993,3 +993,105 @@ const _: fn() = || {
     sendable::<<deadline_http::EnforceDeadline<Inner> as Service<Request<()>>>::Future>();
     sendable::<EnforceBody<Body>>();
 };
+
+// ---- The lag guard ----
+
+/// Sends 16 requests with a 100 ms budget to `/forever`, and polls them again only 400 ms
+/// after their cutoff, as an overrun runtime would: each cutoff timer fires 400 ms late.
+async fn cut_sixteen_late(service: &BoxCloneService<Request<()>, Reply, String>) {
+    let mut late = Vec::new();
+    for _ in 0..16 {
+        let mut response = Box::pin(service.clone().oneshot(request("/forever", &[b"100"])));
+        assert!(poll_once(&mut response).await.is_pending());
+        late.push(response);
+    }
+    advance(490 * MS).await;
+    for mut response in late {
+        assert_eq!(
+            ok(poll_once(&mut response).await).status(),
+            StatusCode::GATEWAY_TIMEOUT
+        );
+    }
+}
+
+fn boxed(layer: EnforceDeadlineLayer, mock: &Mock) -> BoxCloneService<Request<()>, Reply, String> {
+    BoxCloneService::new(layer.layer(mock.service()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hop_whose_timers_fire_late_refuses_what_it_could_not_stop_in_time() {
+    let mock = Mock::new();
+    let service = boxed(EnforceDeadlineLayer::new("edge"), &mock);
+    cut_sixteen_late(&service).await;
+    assert_eq!(mock.started(), 16);
+
+    // The timers ran about 350 ms late (an average over the samples, beyond the timer's 1 ms
+    // resolution): a cutoff 290 ms away would fire after the deadline, so the request is
+    // answered at once and its work never starts.
+    let mut response = Box::pin(service.clone().oneshot(request("/sleep/5", &[b"300"])));
+    let response = ok(poll_once(&mut response).await);
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(
+        mock.started(),
+        16,
+        "the refused request's work never started"
+    );
+    let body = text(response).await;
+    assert!(
+        body.starts_with("deadline exceeded at edge on arrival: its timers fire 3"),
+        "{body}"
+    );
+    assert!(
+        body.ends_with(
+            "ms late (the machine is overrun), and 290 ms were left before its cutoff\n"
+        ),
+        "{body}"
+    );
+
+    // A farther cutoff is timed early by the lag, so that a timer that late fires on time.
+    let t0 = Instant::now();
+    let mut response = Box::pin(service.clone().oneshot(request("/forever", &[b"1000"])));
+    assert!(poll_once(&mut response).await.is_pending());
+    assert_eq!(mock.started(), 17);
+    advance(600 * MS).await;
+    assert!(
+        poll_once(&mut response).await.is_pending(),
+        "not cut before the lag-early time"
+    );
+    advance(100 * MS).await;
+    let response = ok(poll_once(&mut response).await);
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    let dropped = mock
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|(event, _)| event == "drop /forever")
+        .map(|(_, at)| *at - t0);
+    assert_eq!(
+        dropped,
+        Some(700 * MS),
+        "cut when polled, before the 990 ms cutoff"
+    );
+
+    // A second after the last late timer, the guard has nothing to go on and stands down.
+    advance(1001 * MS).await;
+    let mut response = Box::pin(service.clone().oneshot(request("/sleep/5", &[b"300"])));
+    assert!(poll_once(&mut response).await.is_pending());
+    advance(5 * MS).await;
+    assert_eq!(ok(poll_once(&mut response).await).status(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_lag_guard_late_timers_change_nothing() {
+    let mock = Mock::new();
+    let service = boxed(EnforceDeadlineLayer::new("edge").lag_guard(false), &mock);
+    cut_sixteen_late(&service).await;
+
+    let mut response = Box::pin(service.clone().oneshot(request("/sleep/5", &[b"300"])));
+    assert!(poll_once(&mut response).await.is_pending());
+    assert_eq!(mock.started(), 17, "worked, however late the timers run");
+    advance(5 * MS).await;
+    assert_eq!(ok(poll_once(&mut response).await).status(), StatusCode::OK);
+}
