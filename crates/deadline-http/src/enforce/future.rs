@@ -350,17 +350,9 @@ impl Reply {
         if sleep.is_none() {
             sleep.set(Some(tokio::time::sleep_until(cutoff)));
         }
-        let Some(mut sleep) = sleep.as_pin_mut() else {
-            return false;
-        };
-        if sleep.as_mut().poll(cx).is_pending() {
-            return false;
-        }
-        // The lag guard learns how late the timer fired.
-        if let Some(lag) = &self.settings.lag {
-            lag.fired(sleep.deadline(), Instant::now());
-        }
-        true
+        sleep
+            .as_pin_mut()
+            .is_some_and(|sleep| sleep.poll(cx).is_ready())
     }
 
     fn take_recorder(&mut self) -> Recorder {

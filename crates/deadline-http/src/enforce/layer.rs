@@ -72,9 +72,6 @@ impl EnforceDeadlineLayer {
                 server_timing: true,
                 exposure: super::TraceExposure::Always,
                 extensions: false,
-                lag: Some(Arc::new(super::lag::TimerLag::new(
-                    tokio::time::Instant::now(),
-                ))),
                 on_hold: None,
                 metrics: HoldMetrics::default(),
                 prometheus: Default::default(),
@@ -253,20 +250,6 @@ impl EnforceDeadlineLayer {
     /// map, its table and two boxes, and dropping them), which nothing in this library needs.
     pub fn request_extensions(mut self, on: bool) -> Self {
         self.settings.extensions = on;
-        self
-    }
-
-    /// The lag guard (default on): when this hop's cutoff timers fire late because its CPU is
-    /// overrun, a request whose cutoff is nearer than that lateness is answered 504 on arrival,
-    /// and the others' cutoff timers are armed that much earlier, so the work stops when its
-    /// caller leaves rather than when the overrun machine gets round to it. The lateness is a
-    /// moving average of how late recent cutoff timers fired, beyond the timers' 1 ms
-    /// resolution, and reads as zero a second after the last one: a hop that is not overrun
-    /// behaves exactly as without the guard. Off, cutoffs are timed as the budget says however
-    /// late the timers run. See [the lag guard](super#the-lag-guard).
-    pub fn lag_guard(mut self, on: bool) -> Self {
-        self.settings.lag =
-            on.then(|| Arc::new(super::lag::TimerLag::new(tokio::time::Instant::now())));
         self
     }
 

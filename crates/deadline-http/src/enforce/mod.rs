@@ -102,16 +102,6 @@
 //! of a request with a budget sleeps until the *same* instant, computed once on arrival, so the
 //! queue and the work cannot each take a full budget.
 //!
-//! # The lag guard
-//!
-//! On an overrun machine the cutoff timer itself fires late, and the work it should stop runs
-//! on after the caller has left, however well the budget was read. The layer measures how late
-//! its cutoff timers fire (beyond their 1 ms resolution, as a moving average that reads zero a
-//! second after the last one fired) and, while that lag lasts, answers 504 on arrival any
-//! request whose cutoff is nearer than the lag, and arms the others' timers the lag early. A
-//! hop that is not overrun has no lag and is unchanged.
-//! [`lag_guard(false)`](EnforceDeadlineLayer::lag_guard) turns it off.
-//!
 //! # Caller hang-up: what is detected
 //!
 //! hyper drops the service future of an HTTP/1.1 request when the client closes the connection
@@ -161,7 +151,6 @@ mod caller;
 pub mod exposure;
 pub mod future;
 mod hop_trace;
-mod lag;
 mod layer;
 mod queue;
 mod recorder;
@@ -241,8 +230,6 @@ pub(crate) struct HopSettings {
     exposure: TraceExposure,
     /// Whether each request's context and deadline go in its extensions too.
     extensions: bool,
-    /// How late the cutoff timers fire, when the lag guard is on (see [`lag`]).
-    lag: Option<Arc<lag::TimerLag>>,
     on_hold: Option<HoldHook>,
     metrics: HoldMetrics,
     prometheus: crate::metrics_hook::HopHook,
@@ -267,7 +254,6 @@ impl fmt::Debug for HopSettings {
             .field("server_timing", &self.server_timing)
             .field("exposure", &self.exposure)
             .field("on_hold", &self.on_hold.is_some())
-            .field("lag_guard", &self.lag.is_some())
             .finish()
     }
 }
@@ -400,28 +386,6 @@ where
             }
         }
 
-        // The lag guard: a cutoff nearer than the hop's timer lag is answered now; a farther
-        // one is timed the lag earlier, so that the late timer fires at the cutoff.
-        let mut cutoff = cutoff.map(time::to_tokio);
-        if let (Some(at), Some(lag)) = (cutoff, settings.lag.as_deref()) {
-            let lag = lag.at(arrival);
-            if !lag.is_zero() {
-                match at.checked_sub(lag).filter(|early| *early > arrival) {
-                    Some(early) => cutoff = Some(early),
-                    None => {
-                        let message = format!(
-                            "deadline exceeded at {} on arrival: its timers fire {} ms late (the \
-                             machine is overrun), and {} ms were left before its cutoff\n",
-                            settings.name,
-                            lag.as_millis(),
-                            at.saturating_duration_since(arrival).as_millis()
-                        );
-                        return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
-                    }
-                }
-            }
-        }
-
         if settings.extensions {
             let extensions = request.extensions_mut();
             extensions.insert(ctx.clone());
@@ -431,7 +395,7 @@ where
         }
         let work = ctx.clone().scoped(self.inner.clone().oneshot(request));
         let reply = Reply {
-            cutoff,
+            cutoff: cutoff.map(time::to_tokio),
             ctx,
             settings: settings.clone(),
             recorder: Some(recorder),
