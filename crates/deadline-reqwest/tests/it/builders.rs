@@ -2,8 +2,6 @@
 //! answer as an error, Prometheus metrics (feature `metrics`) and OpenTelemetry spans (feature
 //! `otel`).
 
-use std::time::Duration;
-
 use deadline::BUDGET_HEADER;
 use deadline::CallPolicy;
 use deadline::plan::hedge::HedgeDelay;
@@ -161,7 +159,7 @@ async fn every_attempt_has_its_own_client_span() {
         if spans.len() >= 2 {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(ms(10)).await;
     }
     assert_eq!(spans.len(), 2, "{spans:#?}");
     let seen = seen.lock().unwrap();
