@@ -5,13 +5,12 @@
 use deadline::BUDGET_HEADER;
 use deadline::CallPolicy;
 use deadline::plan::hedge::HedgeDelay;
-use deadline_http::CallError;
 use deadline_http::propagate::{Backoff, DialectSet};
 use deadline_reqwest::DeadlineMiddleware;
 use http::StatusCode;
 use tokio::time::Instant;
 
-use crate::loopback::{context, ms, trace, with_middleware};
+use crate::loopback::{call_error, context, ms, trace, with_middleware};
 use crate::one_loop::{Answer, count, peer};
 
 /// Every attempt tells its budget in the chosen dialects too, each written from the one
@@ -92,10 +91,7 @@ async fn a_deadline_answer_can_be_an_error() {
         .send()
         .await
         .unwrap_err();
-    let reqwest_middleware::Error::Middleware(error) = error else {
-        panic!("a CallError, not {error:?}");
-    };
-    let error = error.downcast_ref::<CallError>().expect("a CallError");
+    let error = call_error(error);
     assert!(error.is_deadline(), "{error}");
     assert!(error.to_string().contains("inventory"), "{error}");
 }

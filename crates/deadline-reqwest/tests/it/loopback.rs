@@ -86,6 +86,14 @@ pub(crate) fn context(budget: u64) -> DeadlineContext {
     )
 }
 
+/// The [`CallError`] a call failed with (any other error fails the test).
+pub(crate) fn call_error(error: reqwest_middleware::Error) -> CallError {
+    let reqwest_middleware::Error::Middleware(error) = error else {
+        panic!("a CallError, not {error:?}");
+    };
+    error.downcast::<CallError>().expect("a CallError")
+}
+
 pub(crate) fn trace(context: &DeadlineContext) -> String {
     let (spans, dropped) = context.take_spans();
     let mut trace = Trace::new();
@@ -211,10 +219,7 @@ async fn the_attempt_timeout_never_runs_past_the_deadline() {
         took < ms(1_000),
         "gave up at the deadline, not after 5 s: {took:?}"
     );
-    let reqwest_middleware::Error::Middleware(error) = error else {
-        panic!("a deadline error, not {error:?}");
-    };
-    let error = error.downcast_ref::<CallError>().expect("a CallError");
+    let error = call_error(error);
     assert!(error.is_deadline(), "{error}");
     assert_eq!(
         calls.load(Ordering::SeqCst),

@@ -13,7 +13,7 @@ use deadline::BUDGET_HEADER;
 use deadline::CallPolicy;
 use deadline::plan::retry_budget::RetryBudgetConfig;
 use deadline_http::propagate::Backoff;
-use deadline_http::{CallError, serve};
+use deadline_http::serve;
 use deadline_reqwest::DeadlineMiddleware;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tower::service_fn;
 
-use crate::loopback::{context, ms, silent, trace, with_middleware};
+use crate::loopback::{call_error, context, ms, silent, trace, with_middleware};
 
 /// What the peer answers one request: a status, headers, after a delay.
 #[derive(Clone, Debug, Default)]
@@ -217,10 +217,7 @@ async fn the_last_attempt_that_used_its_full_timeout_is_a_timed_out_call() {
         .send()
         .await
         .unwrap_err();
-    let reqwest_middleware::Error::Middleware(error) = error else {
-        panic!("a CallError, not {error:?}");
-    };
-    let error = error.downcast_ref::<CallError>().expect("a CallError");
+    let error = call_error(error);
     assert!(error.is_timeout(), "{error}");
     assert_eq!(error.attempts_sent(), 1);
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
