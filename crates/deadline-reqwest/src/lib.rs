@@ -71,13 +71,12 @@
 //!
 //! # Errors
 //!
-//! When the planner stops before any attempt, or after attempts that timed out or failed for
-//! lack of time, the call fails with [`reqwest_middleware::Error::Middleware`] holding a
-//! [`deadline_http::CallError`] (downcast it to tell a deadline from other failures): a
-//! deadline, a skipped attempt, or [`CallError::TimedOut`](deadline_http::CallError::TimedOut) when the last attempt used its full
-//! timeout. After a 5xx response that is not retried further, that response is returned; after
-//! a transport error with attempts left unused for other reasons, reqwest's error is returned
-//! as it came.
+//! When the planner stops before any attempt, after attempts that timed out or failed for lack
+//! of time, or after a last attempt that used its full timeout, the call fails with
+//! [`reqwest_middleware::Error::Middleware`] holding a [`deadline_http::CallError`] (downcast
+//! it to tell a deadline from a timeout or a skipped attempt). After a 5xx response that is not
+//! retried further, that response is returned; after a transport error with attempts left
+//! unused for other reasons, reqwest's error is returned as it came.
 //!
 //! # The response body
 //!
@@ -199,9 +198,9 @@ impl DeadlineMiddleware {
 
     /// With `true`, a call that ends with the callee saying that the deadline ran out there
     /// (HTTP 504, or a trailers-only gRPC DEADLINE_EXCEEDED) fails with a
-    /// [`CallError::DeadlineExceeded`](deadline_http::CallError::DeadlineExceeded) (in [`reqwest_middleware::Error::Middleware`]) instead of
-    /// returning that response. The default, `false`, returns it. See
-    /// [`PropagateDeadline::deadline_answer_as_error`].
+    /// [`CallError::DeadlineExceeded`](deadline_http::CallError::DeadlineExceeded), in
+    /// [`reqwest_middleware::Error::Middleware`], instead of returning that response. The
+    /// default, `false`, returns it. See [`PropagateDeadline::deadline_answer_as_error`].
     #[must_use = "this returns the middleware with the option set; the original is unchanged"]
     pub fn deadline_answer_as_error(self, on: bool) -> DeadlineMiddleware {
         self.map(|layer| layer.deadline_answer_as_error(on))
