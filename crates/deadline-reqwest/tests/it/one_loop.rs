@@ -110,6 +110,11 @@ async fn a_grpc_unavailable_answer_is_retried() {
         .await
         .unwrap();
     assert_eq!(response.headers()["grpc-status"], "0");
+    assert_eq!(
+        response.url().path(),
+        "/inventory.Stock/Get",
+        "the response keeps its URL"
+    );
     assert_eq!(count(&seen), 2, "UNAVAILABLE, then OK");
     let text = trace(&ctx);
     assert!(
