@@ -490,7 +490,8 @@ impl<S> PropagateDeadline<S> {
         B: Clone + Send + 'static,
         RB: Send + 'static,
     {
-        ResponseFuture::new(self.call_with(Tower(self.inner.clone()), request))
+        let (call, answer_target) = self.prepare(Tower(self.inner.clone()), request);
+        ResponseFuture::new(call.run(), answer_target)
     }
 
     /// Makes the call of `request` as [`Service::call`] makes it (the same plans, headers,
@@ -506,6 +507,18 @@ impl<S> PropagateDeadline<S> {
         sender: T,
         request: Request<B>,
     ) -> impl Future<Output = Result<Response<CallBody<T::Body>>, CallError>> + Send + use<S, T, B>
+    where
+        T: SendAttempt<B>,
+        B: Clone + Send,
+    {
+        let (call, answer_target) = self.prepare(sender, request);
+        answers::Answered::new(call.run(), answer_target)
+    }
+
+    /// The call of `request` with `sender`, ready to run, and the target whose final deadline
+    /// answer becomes an error (when the option is on): the one place both entries, boxed and
+    /// not, read the deadline and the context and copy the settings.
+    fn prepare<T, B>(&self, sender: T, request: Request<B>) -> (Call<T, B>, Option<Arc<str>>)
     where
         T: SendAttempt<B>,
         B: Clone + Send,
@@ -551,13 +564,7 @@ impl<S> PropagateDeadline<S> {
                 spans,
             },
         };
-        async move {
-            let result = call.run().await;
-            match answer_target {
-                None => result,
-                Some(target) => answers::deadline_answer_as_error(result, &target),
-            }
-        }
+        (call, answer_target)
     }
 }
 
