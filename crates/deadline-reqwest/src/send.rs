@@ -69,6 +69,12 @@ impl SendAttempt<Original> for Chain<'_> {
     type Body = reqwest::Body;
     type Error = reqwest_middleware::Error;
 
+    /// The chain takes an attempt at once (a pooled reqwest client has no readiness to wait
+    /// for).
+    fn ready(&mut self) -> impl Future<Output = reqwest_middleware::Result<()>> + Send {
+        std::future::ready(Ok(()))
+    }
+
     fn send(
         &mut self,
         request: http::Request<Original>,

@@ -23,8 +23,8 @@ use crate::error::{CallError, DeadlineExceeded};
 pin_project! {
     /// A call's future, its final deadline answer from `target` turned into an error when a
     /// target is given (the option is on). Written by hand rather than as an `async` block
-    /// around the call: such a block moves the whole call future into itself at its first
-    /// poll, a copy every call would pay for.
+    /// around the call: such a block moves the whole call future into itself once more at its
+    /// first poll. The boxed path wraps a call only when the option is on.
     pub(super) struct Answered<F> {
         #[pin]
         call: F,

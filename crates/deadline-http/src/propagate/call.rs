@@ -196,6 +196,7 @@ where
                 attempt_request.extensions_mut().insert(until);
             }
             let outcome = tokio::time::timeout_at(until.at, async {
+                inner.ready().await.map_err(Into::into)?;
                 let response = inner.send(attempt_request).await.map_err(Into::into)?;
                 Ok(until.bound(response, max_body))
             })

@@ -3,12 +3,10 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::Response;
 
-use super::answers::Answered;
 use super::body::CallBody;
 use crate::error::CallError;
 
@@ -27,20 +25,15 @@ type BoxFuture<RB> =
 /// `async` code than as a hand-written state machine. The allocation is one per call, not per
 /// attempt; the `propagate` benchmark measures the layer's whole cost.
 pub struct ResponseFuture<RB> {
-    /// The box outside, the answer check around it: the call's future is moved once, into
-    /// its box, however it ends.
-    inner: Answered<BoxFuture<RB>>,
+    inner: BoxFuture<RB>,
 }
 
 impl<RB> ResponseFuture<RB> {
-    /// The call's `future`, a final deadline answer from `answer_target` (when there is one)
-    /// turned into an error.
     pub(super) fn new(
         future: impl Future<Output = Result<Response<CallBody<RB>>, CallError>> + Send + 'static,
-        answer_target: Option<Arc<str>>,
     ) -> ResponseFuture<RB> {
         ResponseFuture {
-            inner: Answered::new(Box::pin(future), answer_target),
+            inner: Box::pin(future),
         }
     }
 }
@@ -49,7 +42,7 @@ impl<RB> Future for ResponseFuture<RB> {
     type Output = Result<Response<CallBody<RB>>, CallError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.inner).poll(cx)
+        self.inner.as_mut().poll(cx)
     }
 }
 

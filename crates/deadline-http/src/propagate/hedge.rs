@@ -122,6 +122,7 @@ where
         request.extensions_mut().insert(until);
     }
     let outcome = tokio::time::timeout_at(until.at, async move {
+        inner.ready().await.map_err(Into::into)?;
         let response = inner.send(request).await.map_err(Into::into)?;
         Ok(until.bound(response, max_body))
     })

@@ -491,7 +491,12 @@ impl<S> PropagateDeadline<S> {
         RB: Send + 'static,
     {
         let (call, answer_target) = self.prepare(Tower(self.inner.clone()), request);
-        ResponseFuture::new(call.run(), answer_target)
+        // Without the option, the call's future goes into its box as it is: a wrapper would be
+        // one more move of it, and one more layer every poll.
+        match answer_target {
+            None => ResponseFuture::new(call.run()),
+            Some(target) => ResponseFuture::new(answers::Answered::new(call.run(), Some(target))),
+        }
     }
 
     /// Makes the call of `request` as [`Service::call`] makes it (the same plans, headers,

@@ -1,12 +1,9 @@
 //! What the call loop needs of the client below it: [`SendAttempt`], and the tower service as
 //! one ([`Tower`]). The trait's docs say why it is not `tower::Service`.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::future::{Future, poll_fn};
 
 use http::{Request, Response};
-use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::error::BoxError;
@@ -30,14 +27,19 @@ use crate::error::BoxError;
 /// A `Service` is called through `&mut self` after `poll_ready`, and its future owns what it
 /// needs: a client whose send borrows (`reqwest_middleware::Next::run` borrows the request's
 /// extensions for as long as the attempt runs) cannot be one without boxing and cloning around
-/// that borrow. One method returning the attempt's future, which may borrow the sender, serves
-/// both, and the tower path compiles to the code it had before: readiness and the call, on one
-/// clone of the inner service per call (per attempt when hedging, as before).
+/// that borrow. Two methods returning futures that may borrow the sender serve both, and keep
+/// the tower path the code it was: readiness ([`ready`](Self::ready), `poll_ready`), then the
+/// call ([`send`](Self::send), the service's own future, not wrapped), on one clone of the
+/// inner service per call (per attempt when hedging, as before).
 pub trait SendAttempt<B>: Clone + Send {
     /// The body of the callee's response.
     type Body: Send;
     /// How sending an attempt fails (a refused connection, a reset stream).
     type Error: Into<BoxError>;
+
+    /// Waits until the sender can take an attempt (a tower service's readiness). Awaited
+    /// within the attempt's wait, just before [`send`](Self::send).
+    fn ready(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Sends `request` (the attempt's copy of the call's request, budget headers set) and
     /// returns the callee's response head.
@@ -69,54 +71,16 @@ where
     RB: Send,
 {
     type Body = RB;
-    type Error = BoxError;
+    type Error = S::Error;
+
+    fn ready(&mut self) -> impl Future<Output = Result<(), S::Error>> + Send {
+        poll_fn(|cx| self.0.poll_ready(cx))
+    }
 
     fn send(
         &mut self,
         request: Request<B>,
-    ) -> impl Future<Output = Result<Response<RB>, BoxError>> + Send {
-        TowerSend {
-            service: &mut self.0,
-            request: Some(request),
-            call: None,
-        }
-    }
-}
-
-pin_project! {
-    /// One attempt through a tower service: its readiness, then its call's future. Written by
-    /// hand rather than as an `async` block: such a block would move the request into itself
-    /// once more, a copy every attempt would pay for (the `propagate` benchmark and
-    /// `scripts/callgrind-check.sh` watch the layer's cost).
-    pub(super) struct TowerSend<'a, S, R, F> {
-        service: &'a mut S,
-        // Taken when the service is ready.
-        request: Option<R>,
-        #[pin]
-        call: Option<F>,
-    }
-}
-
-impl<S, R, F, RB> Future for TowerSend<'_, S, R, F>
-where
-    S: Service<R, Future = F>,
-    S::Error: Into<BoxError>,
-    F: Future<Output = Result<Response<RB>, S::Error>>,
-{
-    type Output = Result<Response<RB>, BoxError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        loop {
-            if let Some(call) = this.call.as_mut().as_pin_mut() {
-                return call.poll(cx).map_err(Into::into);
-            }
-            ready!(this.service.poll_ready(cx)).map_err(Into::into)?;
-            match this.request.take() {
-                Some(request) => this.call.set(Some(this.service.call(request))),
-                // Not reached: the call is made as the request is taken.
-                None => return Poll::Pending,
-            }
-        }
+    ) -> impl Future<Output = Result<Response<RB>, S::Error>> + Send {
+        self.0.call(request)
     }
 }
