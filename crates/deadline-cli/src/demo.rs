@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::demo_print::{print_comparison, print_run};
 use crate::demo_run::DemoRun;
-use crate::grpc::{Protocol, Users};
+use crate::grpc::users::{Protocol, Users};
 use crate::harness::{Chain, Scenario, TempDir, user_budget, with_margin};
 use crate::holds::HoldLine;
 use crate::peer::{self, ChainRuns, Node, Peer, Way};

@@ -34,7 +34,8 @@ use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt as _};
 
 use crate::dialect_args::DialectArgs;
-use crate::grpc::{self, DownstreamProtocol};
+use crate::grpc::answers::{downstream_answer, into_grpc};
+use crate::grpc::wire::{self, DownstreamProtocol};
 use crate::holds::{HoldLine, HoldLog, LogCounts, epoch_ms_now};
 use crate::outage::{BudgetArg, HedgeArg, Outage, PerAttempt, Window, do_not_retry};
 use crate::reply::{body_failed, text};
@@ -587,7 +588,7 @@ pub(crate) async fn run(args: ServiceArgs) -> anyhow::Result<ExitCode> {
                 }
                 let response = handle(config.clone(), req).await?;
                 Ok(if grpc {
-                    grpc::into_grpc(response)
+                    into_grpc(response)
                         .await
                         .map(|body| Either::Left(Either::Right(body)))
                 } else {
@@ -904,7 +905,7 @@ async fn handle(
     };
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let call = if config.grpc_downstream {
-        grpc::request(&format!("{base}{path}"), &id)
+        wire::request(&format!("{base}{path}"), &id)
     } else {
         let mut call = Request::get(format!("{base}{path}"));
         if let Ok(value) = HeaderValue::from_str(&id) {
@@ -922,9 +923,7 @@ async fn handle(
         }
     };
     let answer = match client.send(call).await {
-        Ok(response) if config.grpc_downstream => {
-            grpc::downstream_answer(&config.name, response).await
-        }
+        Ok(response) if config.grpc_downstream => downstream_answer(&config.name, response).await,
         Ok(response) => {
             let status = response.status();
             // The body as it came, bytes not text: a reply that is not UTF-8 is passed on as

@@ -33,7 +33,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Sleep;
 
-use crate::grpc;
+use crate::grpc::wire;
 
 /// The most chunks a stream may have.
 const MAX_COUNT: u32 = 1_000_000;
@@ -178,7 +178,7 @@ impl Body for Chunks {
         self.sent += 1;
         let text = format!("{}: chunk {} of {}", self.name, self.sent, self.count);
         let data = if self.grpc {
-            grpc::frame(text.as_bytes())
+            wire::frame(text.as_bytes())
         } else {
             Bytes::from(text + "\n")
         };
@@ -219,7 +219,7 @@ pub(crate) async fn answer(
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let url = format!("{base}{path}");
     let call = if hop.grpc_downstream {
-        grpc::request(&url, id)
+        wire::request(&url, id)
     } else {
         let mut call = Request::get(url);
         if let Ok(value) = HeaderValue::from_str(id) {

@@ -41,8 +41,8 @@ use tokio::time::Instant;
 
 mod report;
 
-use crate::grpc::DownstreamProtocol as Protocol;
-use crate::grpc::{GrpcReply, frame, reply};
+use crate::grpc::wire::DownstreamProtocol as Protocol;
+use crate::grpc::wire::{GrpcReply, frame, reply};
 use crate::stream_read as stream;
 use report::{json, report};
 

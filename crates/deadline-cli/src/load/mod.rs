@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use args::{scenario, validate};
 use figures::{check, schedule_warning, summarize};
 
-use crate::grpc::{Protocol, Users};
+use crate::grpc::users::{Protocol, Users};
 use crate::harness::{Chain, ProcessUsage, reference, user_budget, with_margin};
 use crate::holds::{epoch_ms_now, wall_now};
 use crate::hygiene::{self, ServiceHygiene};
@@ -585,7 +585,7 @@ mod tests {
     async fn a_user_reached_after_its_wait_is_not_sent() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/order", listener.local_addr().unwrap());
-        let client = crate::grpc::Users::new(crate::grpc::Protocol::Http1);
+        let client = crate::grpc::users::Users::new(crate::grpc::users::Protocol::Http1);
         let user = |due| super::LoadUser {
             id: "u-1".to_owned(),
             due,
