@@ -1,0 +1,116 @@
+//! `deadline service`: a service whose work is a configurable wait, built on the enforce layer
+//! (server side) and the propagate client (outbound calls). The demo and the load command run
+//! three of these as separate processes.
+//!
+//! [`run`] puts the pieces together in the order they must happen: the flags checked
+//! ([`args`]), what can fail read before binding, the listeners bound ([`serve`]), the log,
+//! metrics, spans and database, the downstream client ([`downstream`]), the enforce layer and
+//! its hold hook ([`stack`]), request ids ([`ids`]), the work ([`handler`]), the admin paths
+//! ([`probe`]); then serving, and the drain at the end ([`drain`]).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use http::Request;
+use http_body_util::Either;
+use hyper::body::Incoming;
+use tower::{ServiceBuilder, ServiceExt as _};
+
+use crate::holds::HoldLog;
+
+pub(crate) mod args;
+mod downstream;
+mod drain;
+mod handler;
+mod ids;
+pub(crate) mod probe;
+mod serve;
+mod stack;
+
+/// Runs the service until SIGINT or SIGTERM, then drains: stops accepting, waits for every
+/// request in flight (including baseline work whose caller left), flushes the log.
+pub(crate) async fn run(args: args::ServiceArgs) -> anyhow::Result<ExitCode> {
+    let policy = args::validate(&args)?;
+    #[cfg(unix)]
+    raise_open_files();
+    // Checked before binding, like the certificates below.
+    let otlp_endpoint = args
+        .otlp
+        .as_deref()
+        .map(crate::otlp::endpoint)
+        .transpose()?;
+    let tls = serve::server_tls(&args)?;
+    let downstream_tls = downstream::tls_roots(&args)?;
+    let listeners = serve::bind(&args).await?;
+
+    let log = args
+        .log
+        .as_deref()
+        .map(HoldLog::create)
+        .transpose()?
+        .map(Arc::new);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let mut registry = deadline_http::metrics::Registry::default();
+    let metrics =
+        deadline_http::metrics::DeadlineMetrics::register(&mut registry).service(args.name.clone());
+    let otlp = otlp_endpoint
+        .map(|endpoint| crate::otlp::install(endpoint, &args.name, &mut registry))
+        .transpose()?;
+    let registry = Arc::new(registry);
+    // Without --otlp the service does not trace at all: no spans, no `traceparent` read or
+    // written (the global no-op provider would still cost every request a lookup and a span).
+    let tracing = match otlp {
+        Some(_) => deadline_http::otel::Tracing::global(),
+        None => deadline_http::otel::Tracing::off(),
+    };
+    let database = crate::pg::Database::connect(
+        &args.postgres,
+        &args.name,
+        args.slots,
+        Duration::from_millis(args.margin),
+        &metrics,
+    )
+    .await?;
+    let downstream = downstream::client(&args, policy, downstream_tls, &tracing, &metrics);
+    let config = Arc::new(handler::HandlerConfig::new(&args, downstream, database));
+    let name: Arc<str> = Arc::from(args.name.as_str());
+    let enforce = stack::enforce_layer(&args, tracing, &metrics, log.clone(), in_flight.clone());
+    let work = ServiceBuilder::new()
+        // Outside the enforce layer but before any waiting: stamp an id and count the request
+        // in flight (the hold hook counts it out, exactly once).
+        .map_request(ids::stamp(&args.name, in_flight.clone()))
+        .layer(enforce)
+        .service_fn(move |req| handler::answer(config.clone(), name.clone(), req));
+    // The admin paths are answered here, before the request is counted or reaches the enforce
+    // layer: they never wait for a slot, are never logged and never reach the work.
+    let admin = probe::Admin::new(in_flight.clone(), log.clone(), registry);
+    let public_admin = (!args.no_public_admin).then(|| admin.clone());
+    let service = tower::service_fn(move |req: Request<Incoming>| {
+        let work = work.clone();
+        let admin = public_admin.as_ref().and_then(|admin| admin.answer(&req));
+        async move {
+            if let Some(answer) = admin {
+                return Ok(answer.map(Either::Right));
+            }
+            work.oneshot(req).await.map(|r| r.map(Either::Left))
+        }
+    });
+    let stopping = serve::serve(&args, listeners, tls, service, admin).await?;
+    drain::drain(&args, stopping, &in_flight, otlp, log).await
+}
+
+/// Raises this process's open-file limit to the hard limit: every connection is a file.
+#[cfg(unix)]
+fn raise_open_files() {
+    match crate::fd_limit::raise_open_files() {
+        Ok(Some((before, after))) => tracing::info!(
+            before,
+            after,
+            "raised the open-file limit to the hard limit (every connection is a file)"
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+    }
+}
