@@ -17,7 +17,7 @@ use crate::harness::{Chain, Scenario, TempDir, user_budget, with_margin};
 use crate::holds::HoldLine;
 use crate::peer::{self, ChainRuns, Node, Peer, Way};
 use crate::placement::{Placement, PlacementArgs};
-use crate::svg;
+use crate::svg::timeline::{TimelineRun, demo_timeline};
 use crate::users::UserResult;
 
 /// Arguments of `deadline demo`.
@@ -227,8 +227,8 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         runs.push(run);
     }
     if let Some(path) = &args.svg {
-        let timeline: Vec<svg::TimelineRun<'_>> = runs.iter().map(DemoRun::timeline).collect();
-        let picture = svg::demo_timeline(&timeline, args.user_wait as f64);
+        let timeline: Vec<TimelineRun<'_>> = runs.iter().map(DemoRun::timeline).collect();
+        let picture = demo_timeline(&timeline, args.user_wait as f64);
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
     let failures = check(&runs);
@@ -310,12 +310,12 @@ async fn compare(args: DemoArgs, peer: Peer) -> anyhow::Result<ExitCode> {
         eprintln!("round {round} of {} done", args.runs);
     }
     if let Some(path) = &args.svg {
-        let timeline: Vec<svg::TimelineRun<'_>> = chains
+        let timeline: Vec<TimelineRun<'_>> = chains
             .iter()
             .filter_map(|c| c.runs.first())
             .map(DemoRun::timeline)
             .collect();
-        let picture = svg::demo_timeline(&timeline, args.user_wait as f64);
+        let picture = demo_timeline(&timeline, args.user_wait as f64);
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
     print_peer_report(&args, &chains)?;

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::Settings;
 use super::report::{RunReport, run_name};
-use crate::svg::{escape, grid_line};
+use crate::svg::draw::{escape, grid_line};
 
 const WIDTH: f64 = 960.0;
 const LEFT: f64 = 90.0;

@@ -38,7 +38,7 @@ use crate::holds::{epoch_ms_now, wall_now};
 use crate::hygiene::{self, ServiceHygiene};
 use crate::outage::{BudgetArg, HedgeArg, Window};
 use crate::placement::{Placement, PlacementArgs};
-use crate::svg;
+use crate::svg::chart::{ChartLine, load_chart};
 
 /// Arguments of `deadline load`; the defaults are the reference scenario.
 #[derive(Debug, Clone, Args)]
@@ -507,16 +507,16 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     progress.finish_and_clear();
     let check = check(&runs);
     if let Some(path) = &args.svg {
-        let lines: Vec<svg::ChartLine<'_>> = runs
+        let lines: Vec<ChartLine<'_>> = runs
             .iter()
-            .map(|run| svg::ChartLine {
+            .map(|run| ChartLine {
                 deadlines: run.deadlines,
                 in_time_share: run.in_time_share,
                 in_time_share_by_second: &run.in_time_share_by_second,
                 db_seconds_after_users_left: run.database.map(|d| d.db_seconds_after_users_left),
             })
             .collect();
-        let picture = svg::load_chart(&lines, &args.describe());
+        let picture = load_chart(&lines, &args.describe());
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
