@@ -7,7 +7,8 @@ use deadline_http::enforce::QueueOrder;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{Check, LoadArgs, LoadRun, Outcome, mix, outage};
+use super::users::Outcome;
+use super::{Check, LoadArgs, LoadRun, mix, outage};
 use crate::holds::HoldLine;
 use crate::slowness::is_slow;
 
