@@ -29,7 +29,7 @@ use deadline_http::propagate::{BodyError, CallBody, DeadlineClient};
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::Sleep;
 
@@ -217,17 +217,7 @@ pub(crate) async fn answer(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("{base}{path}");
-    let call = if hop.grpc_downstream {
-        wire::request(&url, id)
-    } else {
-        let mut call = Request::get(url);
-        if let Ok(value) = HeaderValue::from_str(id) {
-            call = call.header(REQUEST_ID_HEADER, value);
-        }
-        call.body(Full::new(Bytes::new()))
-    };
-    let call = match call {
+    let call = match wire::downstream_request(format!("{base}{path}"), id, hop.grpc_downstream) {
         Ok(call) => call,
         Err(err) => {
             let text = format!("{}: bad downstream request: {err}", hop.name);

@@ -112,6 +112,23 @@ pub(crate) fn request(url: &str, id: &str) -> Result<Request<Full<Bytes>>, http:
     builder.body(Full::new(frame(b"")))
 }
 
+/// The call a hop makes to its downstream at `url` for request id `id`: a gRPC unary call
+/// ([`request`]) when `grpc`, else an HTTP GET carrying the id.
+pub(crate) fn downstream_request(
+    url: String,
+    id: &str,
+    grpc: bool,
+) -> Result<Request<Full<Bytes>>, http::Error> {
+    if grpc {
+        return request(&url, id);
+    }
+    let mut call = Request::get(url);
+    if let Ok(value) = HeaderValue::from_str(id) {
+        call = call.header(REQUEST_ID_HEADER, value);
+    }
+    call.body(Full::new(Bytes::new()))
+}
+
 /// A gRPC reply as read by a client.
 #[derive(Debug)]
 pub(crate) struct GrpcReply {

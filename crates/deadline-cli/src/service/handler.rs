@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadline_http::enforce::REQUEST_ID_HEADER;
 use deadline_http::propagate::{CallBody, DeadlineClient};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -158,16 +158,7 @@ async fn call_downstream(
     id: &str,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let call = if config.grpc_downstream {
-        wire::request(&format!("{base}{path}"), id)
-    } else {
-        let mut call = Request::get(format!("{base}{path}"));
-        if let Ok(value) = HeaderValue::from_str(id) {
-            call = call.header(REQUEST_ID_HEADER, value);
-        }
-        call.body(Full::new(Bytes::new()))
-    };
-    let call = match call {
+    let call = match wire::downstream_request(format!("{base}{path}"), id, config.grpc_downstream) {
         Ok(call) => call,
         Err(err) => {
             return text(
