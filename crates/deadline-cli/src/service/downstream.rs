@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use deadline::CallPolicy;
-use deadline_http::metrics::ServiceMetrics;
-use deadline_http::otel::Tracing;
 use deadline_http::propagate::{
     Callee504, DeadlineClient, H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT, RetryBudgetConfig,
 };
@@ -17,6 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::args::ServiceArgs;
+use super::observe::Observers;
 
 /// The roots of an https:// `--downstream` (`--ca`, else the system's), read before binding
 /// so a bad file is an error before anything is served; none for an http:// one.
@@ -33,13 +32,13 @@ pub(super) fn tls_roots(args: &ServiceArgs) -> anyhow::Result<Option<Arc<ClientC
 }
 
 /// The downstream's base URL (no trailing slash) and the client that calls it, when there is
-/// a `--downstream` (`policy` is its call policy, `tls` its roots if it is https://).
+/// a `--downstream` (`policy` is its call policy, `tls` its roots if it is https://), its
+/// spans and metrics going to `observers`.
 pub(super) fn client(
     args: &ServiceArgs,
     policy: Option<CallPolicy>,
     tls: Option<Arc<ClientConfig>>,
-    tracing: &Tracing,
-    metrics: &ServiceMetrics,
+    observers: &Observers,
 ) -> Option<(String, DeadlineClient)> {
     let (Some(url), Some(policy)) = (&args.downstream, policy) else {
         return None;
@@ -57,11 +56,11 @@ pub(super) fn client(
     Some((
         base,
         connection(args, policy, tls)
-            .tracing(tracing.clone())
+            .tracing(observers.tracing.clone())
             .max_body(args.max_body)
             .target(target)
             .dialects(args.dialects.send.clone().unwrap_or_default())
-            .record_metrics(metrics)
+            .record_metrics(&observers.metrics)
             .retry_budget(budget)
             .hedge(args.hedge.map(|h| h.0))
             .callee_504(Callee504::new(

@@ -4,27 +4,27 @@
 //!
 //! [`run`] puts the pieces together in the order they must happen: the flags checked
 //! ([`args`]), what can fail read before binding, the listeners bound ([`serve`]), the log,
-//! metrics, spans and database, the downstream client ([`downstream`]), the enforce layer and
-//! its hold hook ([`stack`]), request ids ([`ids`]), the work ([`handler`]), the admin paths
-//! ([`probe`]); then serving, and the drain at the end ([`drain`]).
+//! metrics and spans ([`observe`]), the database, the downstream client ([`downstream`]), the
+//! enforce layer and its hold hook ([`stack`]), request ids ([`ids`]), the work ([`handler`]),
+//! the admin paths ([`probe`]); then serving, and the drain at the end ([`drain`]).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use http::Request;
 use http_body_util::Either;
 use hyper::body::Incoming;
 use tower::{ServiceBuilder, ServiceExt as _};
-
-use crate::holds::HoldLog;
 
 pub(crate) mod args;
 mod downstream;
 mod drain;
 mod handler;
 mod ids;
+mod observe;
 pub(crate) mod probe;
 mod serve;
 mod stack;
@@ -43,40 +43,23 @@ pub(crate) async fn run(args: args::ServiceArgs) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let tls = serve::server_tls(&args)?;
     let downstream_tls = downstream::tls_roots(&args)?;
-    let listeners = serve::bind(&args).await?;
+    let (listener, admin_listener) = serve::bind(&args).await?;
 
-    let log = args
-        .log
-        .as_deref()
-        .map(HoldLog::create)
-        .transpose()?
-        .map(Arc::new);
+    let observers = observe::Observers::new(&args, otlp_endpoint)?;
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let mut registry = deadline_http::metrics::Registry::default();
-    let metrics =
-        deadline_http::metrics::DeadlineMetrics::register(&mut registry).service(args.name.clone());
-    let otlp = otlp_endpoint
-        .map(|endpoint| crate::otlp::install(endpoint, &args.name, &mut registry))
-        .transpose()?;
-    let registry = Arc::new(registry);
-    // Without --otlp the service does not trace at all: no spans, no `traceparent` read or
-    // written (the global no-op provider would still cost every request a lookup and a span).
-    let tracing = match otlp {
-        Some(_) => deadline_http::otel::Tracing::global(),
-        None => deadline_http::otel::Tracing::off(),
-    };
     let database = crate::pg::Database::connect(
         &args.postgres,
         &args.name,
         args.slots,
         Duration::from_millis(args.margin),
-        &metrics,
+        &observers.metrics,
     )
     .await?;
-    let downstream = downstream::client(&args, policy, downstream_tls, &tracing, &metrics);
+    let downstream = downstream::client(&args, policy, downstream_tls, &observers);
     let config = Arc::new(handler::HandlerConfig::new(&args, downstream, database));
     let name: Arc<str> = Arc::from(args.name.as_str());
-    let enforce = stack::enforce_layer(&args, tracing, &metrics, log.clone(), in_flight.clone());
+    let log = observers.log.clone();
+    let enforce = stack::enforce_layer(&args, &observers, in_flight.clone());
     let work = ServiceBuilder::new()
         // Outside the enforce layer but before any waiting: stamp an id and count the request
         // in flight (the hold hook counts it out, exactly once).
@@ -85,7 +68,7 @@ pub(crate) async fn run(args: args::ServiceArgs) -> anyhow::Result<ExitCode> {
         .service_fn(move |req| handler::answer(config.clone(), name.clone(), req));
     // The admin paths are answered here, before the request is counted or reaches the enforce
     // layer: they never wait for a slot, are never logged and never reach the work.
-    let admin = probe::Admin::new(in_flight.clone(), log.clone(), registry);
+    let admin = probe::Admin::new(in_flight.clone(), log.clone(), observers.registry.clone());
     let public_admin = (!args.no_public_admin).then(|| admin.clone());
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let work = work.clone();
@@ -97,8 +80,27 @@ pub(crate) async fn run(args: args::ServiceArgs) -> anyhow::Result<ExitCode> {
             work.oneshot(req).await.map(|r| r.map(Either::Left))
         }
     });
-    let stopping = serve::serve(&args, listeners, tls, service, admin).await?;
-    drain::drain(&args, stopping, &in_flight, otlp, log).await
+
+    let admin_server =
+        serve::announce(&args, &listener, admin_listener, tls.is_some(), admin).await?;
+    let (shutdown, stopping) = serve::shutdown(&args);
+    let options = serve::serve_options(&args);
+    match tls {
+        Some(tls) => {
+            deadline_http::serve::serve_tls(listener, tls, service, shutdown, options).await
+        }
+        None => deadline_http::serve::serve_with(listener, service, shutdown, options).await,
+    }
+    .context("serving")?;
+    admin_server.stop().await?;
+    drain::drain(
+        &args,
+        stopping.get().copied(),
+        &in_flight,
+        observers.otlp,
+        log,
+    )
+    .await
 }
 
 /// Raises this process's open-file limit to the hard limit: every connection is a file.

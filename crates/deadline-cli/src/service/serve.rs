@@ -1,7 +1,7 @@
-//! How `deadline service` listens and serves: the certificate and the listeners, made before
-//! anything else can fail late; the ready lines on standard output; the public port and the
-//! admin address apart, each with the connection limits of the flags, until a signal (or
-//! standard input closing, when asked) stops both.
+//! How `deadline service` listens: the certificate and the listeners, made before anything
+//! else can fail late; the ready lines on standard output; the admin address's own loop; what
+//! tells the service to stop (a signal, or standard input closing when asked); and the
+//! connection limits of the flags, for the public port and the admin address alike.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -11,22 +11,17 @@ use std::time::Duration;
 use anyhow::Context as _;
 use deadline_http::serve::ServeOptions;
 use deadline_http::tls::rustls::ServerConfig;
-use http::{Request, Response, StatusCode};
-use http_body::Body;
+use http::{Request, StatusCode};
 use hyper::body::Incoming;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tower::Service;
 
 use super::args::ServiceArgs;
 use super::probe::Admin;
 use crate::reply::text;
 use crate::shutdown::{shutdown_signal, stdin_closed};
-
-/// The errors a served service and its bodies may fail with.
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The server configuration of `--tls-cert` and `--tls-key`, read before binding: a bad
 /// certificate or key is an error before anything is served.
@@ -56,37 +51,47 @@ pub(super) async fn bind(args: &ServiceArgs) -> anyhow::Result<(TcpListener, Opt
     Ok((listener, admin_listener))
 }
 
-/// Says where the service listens, serves `service` on `listener` (over `tls` if given) and the
-/// admin paths on `admin_listener` until the service is told to stop, and returns when it was
-/// told (none if it never was).
-pub(super) async fn serve<S, B>(
+/// The admin address's serve loop, if there is one, and how to stop it.
+pub(super) struct AdminServer {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl AdminServer {
+    /// Stops the admin address (with the public port) and waits for its loop to end.
+    pub(super) async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task {
+            task.await
+                .context("the admin server")?
+                .context("serving the admin address")?;
+        }
+        Ok(())
+    }
+}
+
+/// Says where the service listens (`https://` with `tls`), then starts the admin address's
+/// loop on `admin_listener`, if there is one, and says where that listens too.
+pub(super) async fn announce(
     args: &ServiceArgs,
-    (listener, admin_listener): (TcpListener, Option<TcpListener>),
-    tls: Option<Arc<ServerConfig>>,
-    service: S,
+    listener: &TcpListener,
+    admin_listener: Option<TcpListener>,
+    tls: bool,
     admin: Admin,
-) -> anyhow::Result<Option<Instant>>
-where
-    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+) -> anyhow::Result<AdminServer> {
     let addr = listener.local_addr()?;
     let mut stdout = tokio::io::stdout();
     stdout
         .write_all(
             format!(
                 "listening on {scheme}://{addr}\n",
-                scheme = if tls.is_some() { "https" } else { "http" }
+                scheme = if tls { "https" } else { "http" }
             )
             .as_bytes(),
         )
         .await?;
-    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(false);
-    let admin_task = match admin_listener {
+    let (stop, admin_stopped) = tokio::sync::watch::channel(false);
+    let task = match admin_listener {
         Some(listener) => {
             let admin_addr = listener.local_addr()?;
             stdout
@@ -97,7 +102,14 @@ where
         None => None,
     };
     stdout.flush().await?;
+    Ok(AdminServer { stop, task })
+}
 
+/// What tells the service to stop: SIGINT or SIGTERM, or standard input closing with
+/// `--exit-on-stdin-close`; and where the moment it was told is kept.
+pub(super) fn shutdown(
+    args: &ServiceArgs,
+) -> (impl Future<Output = ()> + use<>, Arc<OnceLock<Instant>>) {
     let stop_on_stdin = args.exit_on_stdin_close;
     let stopping = Arc::new(OnceLock::new());
     let stopped_at = stopping.clone();
@@ -108,23 +120,7 @@ where
         }
         let _ = stopped_at.set(Instant::now());
     };
-    match tls {
-        Some(tls) => {
-            deadline_http::serve::serve_tls(listener, tls, service, shutdown, serve_options(args))
-                .await
-        }
-        None => {
-            deadline_http::serve::serve_with(listener, service, shutdown, serve_options(args)).await
-        }
-    }
-    .context("serving")?;
-    let _ = stop_admin.send(true);
-    if let Some(task) = admin_task {
-        task.await
-            .context("the admin server")?
-            .context("serving the admin address")?;
-    }
-    Ok(stopping.get().copied())
+    (shutdown, stopping)
 }
 
 /// The admin address apart: its own serve loop, answering the admin paths and 404 to any
@@ -156,7 +152,7 @@ fn serve_admin(
 }
 
 /// The connection limits of `serve`, from the flags.
-fn serve_options(args: &ServiceArgs) -> ServeOptions {
+pub(super) fn serve_options(args: &ServiceArgs) -> ServeOptions {
     let options = serve_limits(args);
     match args.tls_handshake_timeout {
         Some(ms) => options.tls_handshake_timeout(Duration::from_millis(ms)),

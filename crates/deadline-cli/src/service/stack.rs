@@ -8,30 +8,28 @@ use std::time::Duration;
 
 use deadline::Budget;
 use deadline_http::enforce::{EnforceDeadlineLayer, Hold};
-use deadline_http::metrics::ServiceMetrics;
-use deadline_http::otel::Tracing;
 use tokio::time::Instant;
 
 use super::args::ServiceArgs;
-use crate::holds::{HoldLine, HoldLog, epoch_ms_now};
+use super::observe::Observers;
+use crate::holds::{HoldLine, epoch_ms_now};
 
-/// The enforce layer of the flags, whose hold hook writes each hold to `log` (if any) and
-/// counts it out of `in_flight`.
+/// The enforce layer of the flags, tracing and recording to `observers`, whose hold hook writes
+/// each hold to the log (if any) and counts it out of `in_flight`.
 pub(super) fn enforce_layer(
     args: &ServiceArgs,
-    tracing: Tracing,
-    metrics: &ServiceMetrics,
-    log: Option<Arc<HoldLog>>,
+    observers: &Observers,
     in_flight: Arc<AtomicUsize>,
 ) -> EnforceDeadlineLayer {
+    let log = observers.log.clone();
     let mut enforce = EnforceDeadlineLayer::new(args.name.clone())
-        .tracing(tracing)
+        .tracing(observers.tracing.clone())
         .reserve(Duration::from_millis(args.reserve))
         .max_budget(Budget::from_millis(args.max_budget).unwrap_or(Budget::DEFAULT_MAX))
         .enforce(!args.no_enforce)
         .accept(args.dialects.accept)
         .skew_guard(args.dialects.guard())
-        .record_metrics(metrics)
+        .record_metrics(&observers.metrics)
         .server_timing(!args.no_server_timing)
         .trace_exposure(args.trace.clone());
     enforce = enforce.queue(args.queue);
