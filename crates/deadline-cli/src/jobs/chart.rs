@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::Settings;
 use super::report::{RunReport, run_name};
-use crate::svg::draw::{escape, grid_line};
+use crate::svg::draw::{escape, grid_line, open_at};
 
 const WIDTH: f64 = 960.0;
 const LEFT: f64 = 90.0;
@@ -172,14 +172,11 @@ pub(crate) fn draw(settings: &Settings, runs: &[RunReport]) -> String {
 
 /// The chart's opening: the `<svg>` element, its background, the title and the settings.
 fn heading(out: &mut String, settings: &Settings, height: f64) {
-    let _ = writeln!(
+    open_at(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="Helvetica, Arial, sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        out,
-        r#"<text x="{LEFT}" y="28" font-size="17" font-weight="bold">Queued work with slow consumers, without expiry and with it</text>"#
+        height,
+        LEFT,
+        "Queued work with slow consumers, without expiry and with it",
     );
     let subtitle = format!(
         "{} messages/s for {} s; {} consumer(s) of {} ms each (capacity {:.1}/s); expiry {} ms",

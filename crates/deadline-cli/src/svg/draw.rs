@@ -49,6 +49,11 @@ pub(crate) fn grid_line(out: &mut String, left: f64, y: f64, label: &str) {
 
 /// Opens a picture `height` pixels high: the `<svg>` element, a white background, `title`.
 pub(crate) fn open(out: &mut String, height: f64, title: &str) {
+    open_at(out, height, LEFT, title);
+}
+
+/// As [`open`], the title starting at `left` (a picture whose plot has margins of its own).
+pub(crate) fn open_at(out: &mut String, height: f64, left: f64, title: &str) {
     let _ = writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="Helvetica, Arial, sans-serif" font-size="13">"#
@@ -56,7 +61,7 @@ pub(crate) fn open(out: &mut String, height: f64, title: &str) {
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         out,
-        r#"<text x="{LEFT}" y="28" font-size="17" font-weight="bold">{}</text>"#,
+        r#"<text x="{left}" y="28" font-size="17" font-weight="bold">{}</text>"#,
         escape(title)
     );
 }
