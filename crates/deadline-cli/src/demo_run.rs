@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::holds::HoldLine;
-use crate::svg;
+use crate::svg::timeline::TimelineRun;
 
 /// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
 #[derive(Debug, Clone, Serialize)]
@@ -63,8 +63,8 @@ impl DemoRun {
     }
 
     /// What the timeline draws of this run.
-    pub(crate) fn timeline(&self) -> svg::TimelineRun<'_> {
-        svg::TimelineRun {
+    pub(crate) fn timeline(&self) -> TimelineRun<'_> {
+        TimelineRun {
             label: self.chain,
             deadlines: self.deadlines,
             holds: &self.holds,

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::harness::Chain;
-use crate::service::RUNTIME_PATH;
+use crate::service::probe::RUNTIME_PATH;
 use crate::users::user_client;
 
 /// Tasks a service may keep beyond its idle count after a run: the pool's eviction timer.

@@ -49,7 +49,7 @@ struct Cli {
 enum Command {
     /// Serve any GET path: wait for a worker slot, work, then call a downstream if one is set.
     // Boxed: its many flags make it several times larger than the other commands' arguments.
-    Service(Box<service::ServiceArgs>),
+    Service(Box<service::args::ServiceArgs>),
     /// One slow request through gateway, orders and inventory, without deadlines and with them.
     Demo(demo::DemoArgs),
     /// Open-loop load through the three services, both ways, with dead work measured.

@@ -29,11 +29,11 @@ use deadline_http::propagate::{BodyError, CallBody, DeadlineClient};
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::Sleep;
 
-use crate::grpc;
+use crate::grpc::wire;
 
 /// The most chunks a stream may have.
 const MAX_COUNT: u32 = 1_000_000;
@@ -178,7 +178,7 @@ impl Body for Chunks {
         self.sent += 1;
         let text = format!("{}: chunk {} of {}", self.name, self.sent, self.count);
         let data = if self.grpc {
-            grpc::frame(text.as_bytes())
+            wire::frame(text.as_bytes())
         } else {
             Bytes::from(text + "\n")
         };
@@ -217,17 +217,7 @@ pub(crate) async fn answer(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("{base}{path}");
-    let call = if hop.grpc_downstream {
-        grpc::request(&url, id)
-    } else {
-        let mut call = Request::get(url);
-        if let Ok(value) = HeaderValue::from_str(id) {
-            call = call.header(REQUEST_ID_HEADER, value);
-        }
-        call.body(Full::new(Bytes::new()))
-    };
-    let call = match call {
+    let call = match wire::downstream_request(format!("{base}{path}"), id, hop.grpc_downstream) {
         Ok(call) => call,
         Err(err) => {
             let text = format!("{}: bad downstream request: {err}", hop.name);

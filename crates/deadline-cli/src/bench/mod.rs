@@ -88,6 +88,48 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let load_before = load_average();
 
     let servers = Servers::start(args.server_threads)?;
+    let windows = rounds(args, &variants, &servers)?;
+    servers.stop()?;
+
+    let summaries: Vec<VariantSummary> = windows
+        .iter()
+        .map(|(variant, windows)| merge(*variant, windows, args.server_threads))
+        .collect::<anyhow::Result<_>>()?;
+    let ratios = ratios(&summaries);
+    let report = Report {
+        connections: args.connections,
+        seconds_per_round: args.seconds,
+        rounds: args.rounds,
+        warmup_ms: args.warmup_ms,
+        budget_ms: args.budget_ms(),
+        server_threads: args.server_threads,
+        load_average_before: load_before,
+        load_average_after: load_average(),
+        cpus: thread::available_parallelism().map_or(1, |n| n.get()),
+        variants: summaries,
+        ratios,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", table(&report));
+    }
+    let errors: u64 = report.variants.iter().map(|v| v.errors).sum();
+    Ok(if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("deadline bench: {errors} requests failed");
+        ExitCode::FAILURE
+    })
+}
+
+/// Every round of every variant on `servers` (every other round in reverse order), from a
+/// client on this thread: each variant's measured windows.
+fn rounds(
+    args: &BenchArgs,
+    variants: &[Variant],
+    servers: &Servers,
+) -> anyhow::Result<Vec<(Variant, Vec<Window>)>> {
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -121,39 +163,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             windows[i].1.push(window);
         }
     }
-    drop(client);
-    servers.stop()?;
-
-    let summaries: Vec<VariantSummary> = windows
-        .iter()
-        .map(|(variant, windows)| merge(*variant, windows, args.server_threads))
-        .collect::<anyhow::Result<_>>()?;
-    let ratios = ratios(&summaries);
-    let report = Report {
-        connections: args.connections,
-        seconds_per_round: args.seconds,
-        rounds: args.rounds,
-        warmup_ms: args.warmup_ms,
-        budget_ms: args.budget_ms(),
-        server_threads: args.server_threads,
-        load_average_before: load_before,
-        load_average_after: load_average(),
-        cpus: thread::available_parallelism().map_or(1, |n| n.get()),
-        variants: summaries,
-        ratios,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", table(&report));
-    }
-    let errors: u64 = report.variants.iter().map(|v| v.errors).sum();
-    Ok(if errors == 0 {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!("deadline bench: {errors} requests failed");
-        ExitCode::FAILURE
-    })
+    Ok(windows)
 }
 
 /// `--serve VARIANT`: serve one variant until stdin closes or Ctrl-C.

@@ -206,6 +206,29 @@ pub(crate) fn table(report: &Report) -> String {
         "gen %",
         "errors"
     );
+    variant_rows(report, &mut out);
+    for r in &report.ratios {
+        let _ = writeln!(
+            out,
+            "{} / {}: throughput ratio {:.3} (median of rounds {:.3}); added latency p50 {:+} µs, \
+             p99 {:+} µs, p99.9 {:+} µs; added server CPU {} µs/request",
+            r.variant.name(),
+            r.baseline.name(),
+            r.throughput_ratio,
+            r.throughput_ratio_median_of_rounds,
+            r.p50_added_us,
+            r.p99_added_us,
+            r.p999_added_us,
+            r.server_cpu_added_us_per_request
+                .map_or("-".to_owned(), |x| format!("{x:+.2}"))
+        );
+    }
+    out
+}
+
+/// One line per variant of the table: its throughput, latencies, CPU and errors, and each
+/// round's throughput.
+fn variant_rows(report: &Report, out: &mut String) {
     let opt = |x: Option<f64>, scale: f64, digits: usize| {
         x.map_or("-".to_owned(), |x| format!("{:.*}", digits, x * scale))
     };
@@ -230,23 +253,6 @@ pub(crate) fn table(report: &Report) -> String {
             rounds.join(" ")
         );
     }
-    for r in &report.ratios {
-        let _ = writeln!(
-            out,
-            "{} / {}: throughput ratio {:.3} (median of rounds {:.3}); added latency p50 {:+} µs, \
-             p99 {:+} µs, p99.9 {:+} µs; added server CPU {} µs/request",
-            r.variant.name(),
-            r.baseline.name(),
-            r.throughput_ratio,
-            r.throughput_ratio_median_of_rounds,
-            r.p50_added_us,
-            r.p99_added_us,
-            r.p999_added_us,
-            r.server_cpu_added_us_per_request
-                .map_or("-".to_owned(), |x| format!("{x:+.2}"))
-        );
-    }
-    out
 }
 
 #[cfg(test)]

@@ -225,9 +225,6 @@ pub(crate) async fn serve_variant(
     stop: watch::Receiver<bool>,
     tracing: Tracing,
 ) -> anyhow::Result<()> {
-    let until = |mut stop: watch::Receiver<bool>| async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
     match variant {
         Variant::Bare => {
             deadline_http::serve(listener, service_fn(ok), until(stop)).await?;
@@ -250,63 +247,87 @@ pub(crate) async fn serve_variant(
         Variant::Peer => {
             deadline_http::serve(listener, peer_stack(service_fn(ok)), until(stop)).await?;
         }
-        Variant::ChainPeer => {
-            let second = TcpListener::bind("127.0.0.1:0").await?;
-            let url = format!("http://{}/bench", second.local_addr()?);
-            let client = reqwest_client()?;
-            let edge = service_fn(move |_request: Request<Incoming>| {
-                let call = client.get(&url).timeout(CALL_TIMEOUT);
-                async move { Ok::<_, std::convert::Infallible>(relay_reqwest(call.send().await).await) }
-            });
-            tokio::try_join!(
-                deadline_http::serve(second, peer_stack(service_fn(ok)), until(stop.clone())),
-                deadline_http::serve(listener, peer_stack(edge), until(stop)),
-            )?;
-        }
+        Variant::ChainPeer => serve_chain_peer(listener, stop).await?,
         Variant::ChainBare | Variant::ChainDeadline => {
-            let second = TcpListener::bind("127.0.0.1:0").await?;
-            let uri: Uri = format!("http://{}/bench", second.local_addr()?).parse()?;
-            let client = pooled_client();
-            if variant == Variant::ChainBare {
-                let edge = service_fn(move |_request: Request<Incoming>| {
-                    let (client, uri) = (client.clone(), uri.clone());
-                    async move {
-                        let mut call = Request::new(Full::new(Bytes::new()));
-                        *call.uri_mut() = uri;
-                        let result = client.request(call).await.map_err(|e| e.to_string());
-                        Ok::<_, std::convert::Infallible>(relay(result).await)
-                    }
-                });
-                tokio::try_join!(
-                    deadline_http::serve(second, service_fn(ok), until(stop.clone())),
-                    deadline_http::serve(listener, edge, until(stop)),
-                )?;
-            } else {
-                let policy = CallPolicy::new(CALL_TIMEOUT, 3)?;
-                let client = DeadlineClient::from_client(client, policy)
-                    .target("second")
-                    .tracing(tracing.clone());
-                let edge = service_fn(move |_request: Request<Incoming>| {
-                    let (client, uri) = (client.clone(), uri.clone());
-                    async move {
-                        let mut call = Request::new(Full::new(Bytes::new()));
-                        *call.uri_mut() = uri;
-                        let result = client.send(call).await.map_err(|e| e.to_string());
-                        Ok::<_, std::convert::Infallible>(relay(result).await)
-                    }
-                });
-                let second_service = EnforceDeadlineLayer::new("second")
-                    .tracing(tracing.clone())
-                    .layer(service_fn(ok));
-                let edge = EnforceDeadlineLayer::new("edge")
-                    .tracing(tracing)
-                    .layer(edge);
-                tokio::try_join!(
-                    deadline_http::serve(second, second_service, until(stop.clone())),
-                    deadline_http::serve(listener, edge, until(stop)),
-                )?;
-            }
+            serve_chain(variant, listener, stop, tracing).await?;
         }
+    }
+    Ok(())
+}
+
+/// Waits until `stop` turns true.
+async fn until(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The chain of peer stacks: an edge calling a second hop through reqwest.
+async fn serve_chain_peer(
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let second = TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/bench", second.local_addr()?);
+    let client = reqwest_client()?;
+    let edge = service_fn(move |_request: Request<Incoming>| {
+        let call = client.get(&url).timeout(CALL_TIMEOUT);
+        async move { Ok::<_, std::convert::Infallible>(relay_reqwest(call.send().await).await) }
+    });
+    tokio::try_join!(
+        deadline_http::serve(second, peer_stack(service_fn(ok)), until(stop.clone())),
+        deadline_http::serve(listener, peer_stack(edge), until(stop)),
+    )?;
+    Ok(())
+}
+
+/// The two-hop chains over a pooled hyper client: bare, or with the deadline layers on both
+/// hops and the propagate client between them.
+async fn serve_chain(
+    variant: Variant,
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+    tracing: Tracing,
+) -> anyhow::Result<()> {
+    let second = TcpListener::bind("127.0.0.1:0").await?;
+    let uri: Uri = format!("http://{}/bench", second.local_addr()?).parse()?;
+    let client = pooled_client();
+    if variant == Variant::ChainBare {
+        let edge = service_fn(move |_request: Request<Incoming>| {
+            let (client, uri) = (client.clone(), uri.clone());
+            async move {
+                let mut call = Request::new(Full::new(Bytes::new()));
+                *call.uri_mut() = uri;
+                let result = client.request(call).await.map_err(|e| e.to_string());
+                Ok::<_, std::convert::Infallible>(relay(result).await)
+            }
+        });
+        tokio::try_join!(
+            deadline_http::serve(second, service_fn(ok), until(stop.clone())),
+            deadline_http::serve(listener, edge, until(stop)),
+        )?;
+    } else {
+        let policy = CallPolicy::new(CALL_TIMEOUT, 3)?;
+        let client = DeadlineClient::from_client(client, policy)
+            .target("second")
+            .tracing(tracing.clone());
+        let edge = service_fn(move |_request: Request<Incoming>| {
+            let (client, uri) = (client.clone(), uri.clone());
+            async move {
+                let mut call = Request::new(Full::new(Bytes::new()));
+                *call.uri_mut() = uri;
+                let result = client.send(call).await.map_err(|e| e.to_string());
+                Ok::<_, std::convert::Infallible>(relay(result).await)
+            }
+        });
+        let second_service = EnforceDeadlineLayer::new("second")
+            .tracing(tracing.clone())
+            .layer(service_fn(ok));
+        let edge = EnforceDeadlineLayer::new("edge")
+            .tracing(tracing)
+            .layer(edge);
+        tokio::try_join!(
+            deadline_http::serve(second, second_service, until(stop.clone())),
+            deadline_http::serve(listener, edge, until(stop)),
+        )?;
     }
     Ok(())
 }

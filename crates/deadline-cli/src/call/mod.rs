@@ -33,16 +33,19 @@ use deadline::trace::hops::hops;
 use deadline::trace::{TRACE_HEADER, Trace};
 use deadline::{BUDGET_HEADER, Budget as BudgetLimit};
 use http::header::{CONTENT_TYPE, HOST};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http::uri::Authority;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Empty, Full};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 mod report;
 
-use crate::grpc::DownstreamProtocol as Protocol;
-use crate::grpc::{GrpcReply, frame, reply};
+use crate::grpc::wire::DownstreamProtocol as Protocol;
+use crate::grpc::wire::{GrpcReply, frame, reply};
 use crate::stream_read as stream;
 use report::{json, report};
 
@@ -160,53 +163,14 @@ fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
     if args.data.is_some() && args.protocol != Protocol::Grpc {
         bail!("--data is the gRPC message: give it with --protocol grpc");
     }
-    let uri: Uri = args
-        .url
-        .parse()
-        .with_context(|| format!("{:?} is not a URL", args.url))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => bail!("{}: https is not supported, only http://", args.url),
-        _ => bail!("{}: expected an http:// URL", args.url),
-    }
-    let authority = uri
-        .authority()
-        .ok_or_else(|| anyhow!("{}: the URL has no host", args.url))?
-        .clone();
-    if authority.host().is_empty() {
-        bail!("{}: the URL has no host", args.url);
-    }
+    let (uri, authority) = target(args)?;
     let host = authority
         .host()
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
     let port = authority.port_u16().unwrap_or(80);
-
-    let mut headers = HeaderMap::new();
-    if args.protocol == Protocol::Http1 {
-        // HTTP/2 carries the host in the request's `:authority` instead.
-        headers.insert(
-            HOST,
-            HeaderValue::from_str(authority.as_str()).context("the URL's host")?,
-        );
-    }
-    for raw in &args.headers {
-        let (name, value) = parse_header(raw)?;
-        if name == HOST {
-            headers.insert(name, value);
-        } else {
-            headers.append(name, value);
-        }
-    }
-    if let Some(ms) = args.budget {
-        if headers.contains_key(BUDGET_HEADER) {
-            bail!(
-                "give the budget either with --budget or with -H 'Deadline-Budget-Ms: …', not both"
-            );
-        }
-        headers.insert(BUDGET_HEADER, HeaderValue::from(ms));
-    }
+    let mut headers = headers(args, &authority)?;
     let grpc_body = (args.protocol == Protocol::Grpc).then(|| {
         headers
             .entry(CONTENT_TYPE)
@@ -251,6 +215,57 @@ fn plan(args: &CallArgs) -> anyhow::Result<Plan> {
     })
 }
 
+/// The URL, checked: `http://` with a host.
+fn target(args: &CallArgs) -> anyhow::Result<(Uri, Authority)> {
+    let uri: Uri = args
+        .url
+        .parse()
+        .with_context(|| format!("{:?} is not a URL", args.url))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => bail!("{}: https is not supported, only http://", args.url),
+        _ => bail!("{}: expected an http:// URL", args.url),
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| anyhow!("{}: the URL has no host", args.url))?
+        .clone();
+    if authority.host().is_empty() {
+        bail!("{}: the URL has no host", args.url);
+    }
+    Ok((uri, authority))
+}
+
+/// The request's headers: `Host` over HTTP/1.1, then each `-H` (a second `Host` replaces the
+/// first), then the budget of `--budget`.
+fn headers(args: &CallArgs, authority: &Authority) -> anyhow::Result<HeaderMap> {
+    let mut headers = HeaderMap::new();
+    if args.protocol == Protocol::Http1 {
+        // HTTP/2 carries the host in the request's `:authority` instead.
+        headers.insert(
+            HOST,
+            HeaderValue::from_str(authority.as_str()).context("the URL's host")?,
+        );
+    }
+    for raw in &args.headers {
+        let (name, value) = parse_header(raw)?;
+        if name == HOST {
+            headers.insert(name, value);
+        } else {
+            headers.append(name, value);
+        }
+    }
+    if let Some(ms) = args.budget {
+        if headers.contains_key(BUDGET_HEADER) {
+            bail!(
+                "give the budget either with --budget or with -H 'Deadline-Budget-Ms: …', not both"
+            );
+        }
+        headers.insert(BUDGET_HEADER, HeaderValue::from(ms));
+    }
+    Ok(headers)
+}
+
 /// `Name: value` (the value trimmed; it may be empty).
 fn parse_header(raw: &str) -> anyhow::Result<(HeaderName, HeaderValue)> {
     let (name, value) = raw
@@ -271,8 +286,48 @@ async fn send(plan: &Plan) -> anyhow::Result<Answer> {
         .await
         .with_context(|| format!("connecting to {}:{}", plan.host, plan.port))?;
     stream.set_nodelay(true)?;
-    let io = TokioIo::new(stream);
-    let (response, connection) = match plan.protocol {
+    let (response, connection) = exchange(plan, TokioIo::new(stream)).await?;
+    let response = response.map_err(|err| send_error(plan, err))?;
+    let (parts, body) = response.into_parts();
+    // Read frame by frame, so a streamed answer shows what arrived when, and how it ended.
+    let grpc = plan.grpc_body.is_some();
+    let read = stream::read(body, t0, grpc, MAX_BODY).await;
+    let elapsed = Instant::now().saturating_duration_since(t0);
+    connection.abort();
+    let grpc = grpc.then(|| {
+        reply(
+            parts.status,
+            &parts.headers,
+            read.trailers.as_ref(),
+            &read.data,
+        )
+    });
+    let body = if read.data_cut {
+        Bytes::new()
+    } else {
+        read.data.clone()
+    };
+    Ok(Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        body_cut: read.data_cut,
+        elapsed,
+        grpc,
+        stream: read,
+    })
+}
+
+/// The handshake of `plan`'s protocol on `io`, and its request sent: the response (or why
+/// none came) and the connection's task, to abort once the body is read.
+async fn exchange(
+    plan: &Plan,
+    io: TokioIo<TcpStream>,
+) -> anyhow::Result<(
+    hyper::Result<Response<Incoming>>,
+    JoinHandle<hyper::Result<()>>,
+)> {
+    Ok(match plan.protocol {
         Protocol::Http1 => {
             let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
                 .await
@@ -307,52 +362,26 @@ async fn send(plan: &Plan) -> anyhow::Result<Answer> {
             };
             (sender.send_request(request).await, connection)
         }
-    };
-    let response = response.map_err(|err| {
-        let what = match plan.protocol {
-            Protocol::Http1 => "sending the request".to_owned(),
-            Protocol::H2c | Protocol::Grpc => format!(
-                "sending the request over HTTP/2 without TLS (prior knowledge{}): \
-                 {}:{} does not speak it, or closed the connection",
-                if plan.protocol == Protocol::Grpc {
-                    ", as gRPC needs"
-                } else {
-                    ""
-                },
-                plan.host,
-                plan.port
-            ),
-        };
-        anyhow!(err).context(what)
-    })?;
-    let (parts, body) = response.into_parts();
-    // Read frame by frame, so a streamed answer shows what arrived when, and how it ended.
-    let grpc = plan.grpc_body.is_some();
-    let read = stream::read(body, t0, grpc, MAX_BODY).await;
-    let elapsed = Instant::now().saturating_duration_since(t0);
-    connection.abort();
-    let grpc = grpc.then(|| {
-        reply(
-            parts.status,
-            &parts.headers,
-            read.trailers.as_ref(),
-            &read.data,
-        )
-    });
-    let body = if read.data_cut {
-        Bytes::new()
-    } else {
-        read.data.clone()
-    };
-    Ok(Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-        body_cut: read.data_cut,
-        elapsed,
-        grpc,
-        stream: read,
     })
+}
+
+/// Why sending failed, in `plan`'s terms: over HTTP/2 the server likely does not speak it.
+fn send_error(plan: &Plan, err: hyper::Error) -> anyhow::Error {
+    let what = match plan.protocol {
+        Protocol::Http1 => "sending the request".to_owned(),
+        Protocol::H2c | Protocol::Grpc => format!(
+            "sending the request over HTTP/2 without TLS (prior knowledge{}): \
+             {}:{} does not speak it, or closed the connection",
+            if plan.protocol == Protocol::Grpc {
+                ", as gRPC needs"
+            } else {
+                ""
+            },
+            plan.host,
+            plan.port
+        ),
+    };
+    anyhow!(err).context(what)
 }
 
 /// A `method` request of `target` with `headers` and `body`.

@@ -92,6 +92,40 @@ pub(super) fn report(
     hops: &[Hop],
 ) -> String {
     let mut out = String::new();
+    answer_lines(args, plan, answer, &mut out);
+    let Some(trace) = trace else {
+        let _ = writeln!(
+            out,
+            "no Deadline-Trace in the answer: the server does not report what it did with the budget"
+        );
+        return out;
+    };
+    if hops.is_empty() {
+        let _ = writeln!(out, "the Deadline-Trace has no hops:\n{trace}");
+        return out;
+    }
+    hop_table(hops, &mut out);
+    if hops
+        .iter()
+        .any(|h| matches!(h.budget, Some(Budget::AtMost(_))))
+    {
+        let _ = writeln!(
+            out,
+            "≤: an upper bound, what the caller had left when it sent the request: this hop's trace does\n   \
+             not carry its budget at arrival (an older version). A caller sends less (less its margin,\n   \
+             at most its per-attempt timeout). Figures without ≤ are exact."
+        );
+    }
+    if trace.dropped > 0 {
+        let _ = writeln!(out, "({} spans were dropped from the trace)", trace.dropped);
+    }
+    let _ = writeln!(out, "\ntrace:\n{trace}");
+    out
+}
+
+/// The answer's part of the text report: the request, the status, gRPC's status, the
+/// `Server-Timing` lines and the body (or the stream), then a blank line.
+fn answer_lines(args: &CallArgs, plan: &Plan, answer: &Answer, out: &mut String) {
     let budget = plan
         .budget_ms
         .map_or_else(|| "no budget".to_owned(), |ms| format!("budget {ms} ms"));
@@ -144,7 +178,7 @@ pub(super) fn report(
     let body = body.trim_end();
     let streamed = answer.stream.count > 1 || answer.stream.end != stream::StreamEnd::Complete;
     if streamed {
-        answer.stream.report(answer.grpc.is_some(), &mut out);
+        answer.stream.report(answer.grpc.is_some(), out);
     } else if answer.body_cut {
         let _ = writeln!(out, "body: (more than {MAX_BODY} bytes, not shown)");
     } else if !body.is_empty() {
@@ -153,17 +187,11 @@ pub(super) fn report(
         let _ = writeln!(out, "body: {shown}{more}");
     }
     let _ = writeln!(out);
-    let Some(trace) = trace else {
-        let _ = writeln!(
-            out,
-            "no Deadline-Trace in the answer: the server does not report what it did with the budget"
-        );
-        return out;
-    };
-    if hops.is_empty() {
-        let _ = writeln!(out, "the Deadline-Trace has no hops:\n{trace}");
-        return out;
-    }
+}
+
+/// The table of the trace's hops, one line each: when it arrived, its budget, queue, work,
+/// headroom and calls (and why it ran out).
+fn hop_table(hops: &[Hop], out: &mut String) {
     let prefixes = prefixes(hops);
     let names: Vec<String> = hops
         .iter()
@@ -207,22 +235,6 @@ pub(super) fn report(
         }
         let _ = writeln!(out, "{}", line.trim_end());
     }
-    if hops
-        .iter()
-        .any(|h| matches!(h.budget, Some(Budget::AtMost(_))))
-    {
-        let _ = writeln!(
-            out,
-            "≤: an upper bound, what the caller had left when it sent the request: this hop's trace does\n   \
-             not carry its budget at arrival (an older version). A caller sends less (less its margin,\n   \
-             at most its per-attempt timeout). Figures without ≤ are exact."
-        );
-    }
-    if trace.dropped > 0 {
-        let _ = writeln!(out, "({} spans were dropped from the trace)", trace.dropped);
-    }
-    let _ = writeln!(out, "\ntrace:\n{trace}");
-    out
 }
 
 /// One hop in `--json`: the core's fields, its headroom, and its budget as a plain number.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::Settings;
 use super::report::{RunReport, run_name};
-use crate::svg::{escape, grid_line};
+use crate::svg::draw::{escape, grid_line, open_at};
 
 const WIDTH: f64 = 960.0;
 const LEFT: f64 = 90.0;
@@ -135,29 +135,7 @@ pub(crate) fn draw(settings: &Settings, runs: &[RunReport]) -> String {
     };
 
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="Helvetica, Arial, sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        out,
-        r#"<text x="{LEFT}" y="28" font-size="17" font-weight="bold">Queued work with slow consumers, without expiry and with it</text>"#
-    );
-    let subtitle = format!(
-        "{} messages/s for {} s; {} consumer(s) of {} ms each (capacity {:.1}/s); expiry {} ms",
-        settings.rate,
-        settings.seconds,
-        settings.consumers,
-        settings.work.as_millis(),
-        settings.capacity(),
-        settings.expiry.as_millis()
-    );
-    let _ = writeln!(
-        out,
-        r##"<text x="{LEFT}" y="50" font-size="12" fill="#444444">{}</text>"##,
-        escape(&subtitle)
-    );
+    heading(&mut out, settings, height);
     let _ = writeln!(
         out,
         r#"<text x="{LEFT}" y="80" font-size="13" font-weight="bold">Messages waiting on the queue (the broker's count)</text>"#
@@ -187,6 +165,43 @@ pub(crate) fn draw(settings: &Settings, runs: &[RunReport]) -> String {
         age.bottom + 34.0
     );
 
+    run_lines(&mut out, runs, &x, (&backlog, &age), height);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The chart's opening: the `<svg>` element, its background, the title and the settings.
+fn heading(out: &mut String, settings: &Settings, height: f64) {
+    open_at(
+        out,
+        height,
+        LEFT,
+        "Queued work with slow consumers, without expiry and with it",
+    );
+    let subtitle = format!(
+        "{} messages/s for {} s; {} consumer(s) of {} ms each (capacity {:.1}/s); expiry {} ms",
+        settings.rate,
+        settings.seconds,
+        settings.consumers,
+        settings.work.as_millis(),
+        settings.capacity(),
+        settings.expiry.as_millis()
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="{LEFT}" y="50" font-size="12" fill="#444444">{}</text>"##,
+        escape(&subtitle)
+    );
+}
+
+/// Each run's backlog and age lines (solid with expiry, dashed without) and its legend entry.
+fn run_lines(
+    out: &mut String,
+    runs: &[RunReport],
+    x: &dyn Fn(f64) -> f64,
+    (backlog, age): (&Panel, &Panel),
+    height: f64,
+) {
     let mut legend_x = LEFT;
     for run in runs {
         let colour = if run.expiry { WITH } else { WITHOUT };
@@ -196,12 +211,12 @@ pub(crate) fn draw(settings: &Settings, runs: &[RunReport]) -> String {
             .iter()
             .map(|s| (x(s.at_ms / 1e3), backlog.y(s.backlog as f64)))
             .collect();
-        polyline(&mut out, &points, colour, dashed);
+        polyline(out, &points, colour, dashed);
         let points: Vec<(f64, f64)> = ages_by_window(run)
             .into_iter()
             .map(|(at, a)| (x(at / 1e3), age.y(a)))
             .collect();
-        polyline(&mut out, &points, colour, dashed);
+        polyline(out, &points, colour, dashed);
         let label = format!(
             "{}: {:.0} ms of work on expired messages, age p99 {:.0} ms",
             run_name(run.expiry),
@@ -222,8 +237,6 @@ pub(crate) fn draw(settings: &Settings, runs: &[RunReport]) -> String {
         );
         legend_x += 420.0;
     }
-    out.push_str("</svg>\n");
-    out
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@
 mod chart;
 mod report;
 mod run;
+mod tally;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

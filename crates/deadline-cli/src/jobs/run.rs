@@ -9,8 +9,8 @@
 //! at least once, so each message is accounted for once, by its id (the payload), and any
 //! further copy of it is counted as a duplicate.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -29,7 +29,8 @@ use tokio::time::Instant;
 use crate::holds::wall_now;
 
 use super::Settings;
-use super::report::{Counts, RunReport, Sample, WorkRecord, redacted};
+use super::report::{RunReport, Sample, redacted};
+use super::tally::{Outcome, Tally, Working};
 
 /// How often the broker's backlog is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
@@ -57,125 +58,6 @@ pub(crate) async fn probe(url: &str) -> anyhow::Result<()> {
         Err(_) => Err(anyhow!(
             "RabbitMQ at {shown} did not answer within 15 s ({hint})"
         )),
-    }
-}
-
-/// How a message was accounted for, the first time a copy of it was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
-    Worked,
-    DiscardedByConsumer,
-    DiscardedByBroker,
-    DiscardedByProducer,
-    Cut,
-    Other,
-}
-
-/// Which messages have been accounted for, and how.
-struct Accounts {
-    /// Indexed by message id (the payload): whether a copy was accounted for.
-    seen: Vec<bool>,
-    /// How many ids are in `seen`.
-    settled: u64,
-    counts: Counts,
-}
-
-/// What the producer, the consumers and the accounting saw, shared by their tasks.
-struct Tally {
-    accounts: Mutex<Accounts>,
-    /// Deliveries the broker flagged as delivered before.
-    redelivered: AtomicU64,
-    records: Mutex<Vec<WorkRecord>>,
-}
-
-impl Tally {
-    /// A tally for messages with ids `0..total`.
-    fn new(total: u64) -> Tally {
-        Tally {
-            accounts: Mutex::new(Accounts {
-                seen: vec![false; usize::try_from(total).unwrap_or(usize::MAX)],
-                settled: 0,
-                counts: Counts::default(),
-            }),
-            redelivered: AtomicU64::new(0),
-            records: Mutex::new(Vec::new()),
-        }
-    }
-
-    fn accounts(&self) -> std::sync::MutexGuard<'_, Accounts> {
-        self.accounts.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Accounts for one copy of the message whose payload is `payload`: the first copy of an id
-    /// counts as `outcome`, any later one as a duplicate. A payload that is no id of this run
-    /// counts as `other` (and never completes the run).
-    fn account(&self, payload: &[u8], outcome: Outcome) {
-        let id = std::str::from_utf8(payload)
-            .ok()
-            .and_then(|text| text.parse::<usize>().ok());
-        let mut accounts = self.accounts();
-        let first = match id.and_then(|id| accounts.seen.get_mut(id)) {
-            None => {
-                accounts.counts.other += 1;
-                return;
-            }
-            Some(seen) => !std::mem::replace(seen, true),
-        };
-        if !first {
-            accounts.counts.duplicates += 1;
-            return;
-        }
-        accounts.settled += 1;
-        let counts = &mut accounts.counts;
-        *match outcome {
-            Outcome::Worked => &mut counts.worked,
-            Outcome::DiscardedByConsumer => &mut counts.discarded_by_consumer,
-            Outcome::DiscardedByBroker => &mut counts.discarded_by_broker,
-            Outcome::DiscardedByProducer => &mut counts.discarded_by_producer,
-            Outcome::Cut => &mut counts.cut_at_deadline,
-            Outcome::Other => &mut counts.other,
-        } += 1;
-    }
-
-    /// How many of the run's messages have been accounted for.
-    fn settled(&self) -> u64 {
-        self.accounts().settled
-    }
-
-    fn counts(&self) -> Counts {
-        self.accounts().counts
-    }
-
-    fn record(&self, record: WorkRecord) {
-        self.records
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(record);
-    }
-}
-
-/// Records one piece of work when it ends, however it ends: finished, or dropped at the
-/// message's deadline.
-struct Working {
-    tally: Arc<Tally>,
-    began: Instant,
-    began_ms: f64,
-    age_ms: f64,
-    expired: bool,
-}
-
-impl Drop for Working {
-    fn drop(&mut self) {
-        let work_ms = Instant::now()
-            .saturating_duration_since(self.began)
-            .as_secs_f64()
-            * 1e3;
-        self.tally.record(WorkRecord {
-            began_ms: self.began_ms,
-            age_ms: self.age_ms,
-            work_ms,
-            expired: self.expired,
-        });
     }
 }
 
@@ -298,6 +180,8 @@ where
     }
 }
 
+/// The run on `queue`: consumers and the sampler started, the messages produced, every one
+/// accounted for, then the report.
 async fn drive(
     broker: &Broker,
     settings: &Settings,
@@ -310,22 +194,7 @@ async fn drive(
     let (stop, stopped) = watch::channel(false);
     let start = Instant::now();
 
-    let mut consumers = Vec::new();
-    for _ in 0..settings.consumers {
-        let mut consumer = Consumer::on(broker, queue, settings.prefetch).await?;
-        if expiry {
-            // Work that cannot finish before the requester gives up is not begun.
-            consumer = consumer.min_budget(settings.work);
-        }
-        consumers.push(tokio::spawn(consume(
-            consumer,
-            tally.clone(),
-            stopped.clone(),
-            settings.clone(),
-            start,
-        )));
-    }
-
+    let mut consumers = consumers(broker, settings, expiry, queue, &tally, &stopped, start).await?;
     let samples = tokio::spawn(sample(
         broker.clone(),
         queue.to_owned(),
@@ -348,6 +217,82 @@ async fn drive(
     // confirmed it), or cut at its deadline.
     let backlog_bound = Duration::from_secs_f64(produced as f64 / settings.capacity());
     let give_up = Instant::now() + backlog_bound + settings.expiry + Duration::from_secs(60);
+    settle(
+        broker,
+        dropped_queue,
+        &tally,
+        &mut consumers,
+        &stop,
+        produced,
+        (start, give_up),
+    )
+    .await?;
+    let took = Instant::now().saturating_duration_since(start);
+    let _ = stop.send(true);
+    let mut resubscribed = 0;
+    for consumer in consumers {
+        resubscribed += consumer.await.context("a consumer task")??;
+    }
+    let samples = samples.await.context("the sampler task")?;
+
+    let mut counts = tally.counts();
+    counts.reconnects = broker.reconnects();
+    counts.republished = broker.republished();
+    counts.resubscribed = resubscribed;
+    counts.redelivered = tally.redelivered.load(Ordering::Relaxed);
+    let records = tally.take_records();
+    Ok(RunReport::new(
+        expiry,
+        produced,
+        counts,
+        records,
+        samples,
+        produced_for,
+        took,
+    ))
+}
+
+/// The run's `--consumers` consumers on `queue`, each on a task of its own (with expiry, each
+/// begins only work that can finish before its requester gives up).
+async fn consumers(
+    broker: &Broker,
+    settings: &Settings,
+    expiry: bool,
+    queue: &str,
+    tally: &Arc<Tally>,
+    stopped: &watch::Receiver<bool>,
+    start: Instant,
+) -> anyhow::Result<Vec<JoinHandle<anyhow::Result<u64>>>> {
+    let mut consumers = Vec::new();
+    for _ in 0..settings.consumers {
+        let mut consumer = Consumer::on(broker, queue, settings.prefetch).await?;
+        if expiry {
+            // Work that cannot finish before the requester gives up is not begun.
+            consumer = consumer.min_budget(settings.work);
+        }
+        consumers.push(tokio::spawn(consume(
+            consumer,
+            tally.clone(),
+            stopped.clone(),
+            settings.clone(),
+            start,
+        )));
+    }
+    Ok(consumers)
+}
+
+/// Waits until every one of the `produced` messages is accounted for, draining what the
+/// broker dropped to `dropped_queue` as it goes; fails (telling every task to stop) when a
+/// consumer ends first or at `give_up`.
+async fn settle(
+    broker: &Broker,
+    dropped_queue: &str,
+    tally: &Arc<Tally>,
+    consumers: &mut Vec<JoinHandle<anyhow::Result<u64>>>,
+    stop: &watch::Sender<bool>,
+    produced: u64,
+    (start, give_up): (Instant, Instant),
+) -> anyhow::Result<()> {
     let mut channel = None;
     loop {
         let _ = look_at_broker(broker, &mut channel, |channel| {
@@ -382,30 +327,7 @@ async fn drive(
     if let Some(channel) = channel {
         let _ = tokio::time::timeout(LOOK_TIMEOUT, channel.close(200, "accounted".into())).await;
     }
-    let took = Instant::now().saturating_duration_since(start);
-    let _ = stop.send(true);
-    let mut resubscribed = 0;
-    for consumer in consumers {
-        resubscribed += consumer.await.context("a consumer task")??;
-    }
-    let samples = samples.await.context("the sampler task")?;
-
-    let mut counts = tally.counts();
-    counts.reconnects = broker.reconnects();
-    counts.republished = broker.republished();
-    counts.resubscribed = resubscribed;
-    counts.redelivered = tally.redelivered.load(Ordering::Relaxed);
-    let records =
-        std::mem::take(&mut *tally.records.lock().unwrap_or_else(PoisonError::into_inner));
-    Ok(RunReport::new(
-        expiry,
-        produced,
-        counts,
-        records,
-        samples,
-        produced_for,
-        took,
-    ))
+    Ok(())
 }
 
 /// Publishes the run's messages on schedule (ids `0..`, the payload), each confirmed by the
@@ -536,40 +458,4 @@ async fn sample(
             tokio::time::timeout(LOOK_TIMEOUT, channel.close(200, "sampling done".into())).await;
     }
     samples
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_message_is_accounted_for_once_and_copies_are_duplicates() {
-        let tally = Tally::new(4);
-        tally.account(b"0", Outcome::Worked);
-        tally.account(b"1", Outcome::DiscardedByConsumer);
-        // The first copy of 0 was worked but its acknowledgement lost: it comes again.
-        tally.account(b"0", Outcome::DiscardedByConsumer);
-        tally.account(b"2", Outcome::DiscardedByProducer);
-        // The first broker kept the copy the producer gave up on.
-        tally.account(b"2", Outcome::DiscardedByBroker);
-        assert_eq!(tally.settled(), 3);
-        tally.account(b"not an id", Outcome::Worked);
-        tally.account(b"4", Outcome::Worked);
-        assert_eq!(tally.settled(), 3, "ids outside the run never complete it");
-        tally.account(b"3", Outcome::Cut);
-        assert_eq!(tally.settled(), 4);
-        let counts = tally.counts();
-        assert_eq!(
-            (
-                counts.worked,
-                counts.discarded_by_consumer,
-                counts.discarded_by_producer,
-                counts.discarded_by_broker,
-                counts.cut_at_deadline,
-                counts.other,
-                counts.duplicates
-            ),
-            (1, 1, 1, 0, 1, 2, 2)
-        );
-    }
 }

@@ -7,7 +7,8 @@ use deadline_http::enforce::QueueOrder;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{Check, LoadArgs, LoadRun, Outcome, mix, outage};
+use super::users::Outcome;
+use super::{Check, LoadArgs, LoadRun, mix, outage};
 use crate::holds::HoldLine;
 use crate::slowness::is_slow;
 
@@ -21,69 +22,31 @@ pub(super) fn summarize(
 ) -> LoadRun {
     outcomes.sort_by(|a, b| a.sent_at.total_cmp(&b.sent_at));
     let requests = outcomes.len();
-    let slow: Vec<bool> = outcomes
-        .iter()
-        .map(|o| is_slow(&o.id, args.seed, args.slow_share))
-        .collect();
-    let in_time = outcomes.iter().filter(|o| o.in_time).count();
-    let slow_missed = outcomes
-        .iter()
-        .zip(&slow)
-        .filter(|(o, s)| **s && !o.in_time)
-        .count();
-    let fast_missed = outcomes
-        .iter()
-        .zip(&slow)
-        .filter(|(o, s)| !**s && !o.in_time)
-        .count();
-
-    let Latencies {
-        latency,
-        in_time: in_time_latency,
-        refused: refused_latency,
-        refused_count: refused,
-    } = latencies(&outcomes);
+    let misses = misses(args, &outcomes);
+    let latencies = latencies(&outcomes);
     let (inventory_worker_ms_on_missed, refusals) = inventory_figures(&outcomes, holds);
-    let shed = refusals.len();
-
     let worker_ms: f64 = holds.iter().map(HoldLine::worker_ms).sum();
     let after_by = after_users_left(&outcomes, holds);
     let after = after_by.answered_ms + after_by.gave_up_ms + after_by.failed_ms;
-    let last_left = outcomes
-        .iter()
-        .map(|o| o.left_at_ms)
-        .fold(start_wall, f64::max);
-    let last_end = holds
-        .iter()
-        .filter_map(|h| h.end_ms)
-        .fold(start_wall, f64::max);
     let achieved_rate = achieved_rate(&outcomes, args.rate, start_wall);
     let by_second = in_time_by_second(&outcomes, args.seconds, start_wall);
     let outage = outage::figures(args, &outcomes, holds, start_wall, &by_second);
     LoadRun {
         deadlines,
         requests,
-        slow_requests: slow.iter().filter(|s| **s).count(),
-        in_time,
-        in_time_share: if requests == 0 {
-            0.0
-        } else {
-            in_time as f64 / requests as f64
-        },
-        slow_missed,
-        fast_missed,
-        latency_p50_ms: latency.value_at_quantile(0.50),
-        latency_p99_ms: latency.value_at_quantile(0.99),
+        slow_requests: misses.slow_requests,
+        in_time: misses.in_time,
+        in_time_share: share(misses.in_time as f64, requests as f64),
+        slow_missed: misses.slow_missed,
+        fast_missed: misses.fast_missed,
+        latency_p50_ms: latencies.latency.value_at_quantile(0.50),
+        latency_p99_ms: latencies.latency.value_at_quantile(0.99),
         worker_ms,
         worker_ms_after_users_left: after,
         after_users_left: after_by,
         user_errors: user_errors(&outcomes),
-        wasted_share: if worker_ms > 0.0 {
-            after / worker_ms
-        } else {
-            0.0
-        },
-        drain_ms: (last_end - last_left).max(0.0),
+        wasted_share: share(after, worker_ms),
+        drain_ms: drain_ms(&outcomes, holds, start_wall),
         calls: holds.iter().filter(|h| h.service != "gateway").count(),
         achieved_rate,
         worst_send_lateness_ms: outcomes.iter().map(|o| o.lateness_ms).fold(0.0, f64::max),
@@ -103,12 +66,12 @@ pub(super) fn summarize(
         max_queue_wait_ms: args.max_queue_wait.filter(|_| deadlines),
         goodput_per_s: goodput(&outcomes, args.seconds),
         capacity_per_s: args.slots as f64 * 1_000.0 / args.fast_work.max(1) as f64,
-        in_time_p50_ms: in_time_latency.value_at_quantile(0.50),
-        in_time_p99_ms: in_time_latency.value_at_quantile(0.99),
-        refused,
-        refused_p50_ms: refused_latency.value_at_quantile(0.50),
-        refused_p99_ms: refused_latency.value_at_quantile(0.99),
-        shed,
+        in_time_p50_ms: latencies.in_time.value_at_quantile(0.50),
+        in_time_p99_ms: latencies.in_time.value_at_quantile(0.99),
+        refused: latencies.refused_count,
+        refused_p50_ms: latencies.refused.value_at_quantile(0.50),
+        refused_p99_ms: latencies.refused.value_at_quantile(0.99),
+        shed: refusals.len(),
         shed_p99_ms: percentile(refusals, 0.99),
         inventory_worker_ms_on_missed,
         database: None,
@@ -122,6 +85,54 @@ pub(super) fn summarize(
             .map(|mix| by_class(mix, &outcomes))
             .unwrap_or_default(),
     }
+}
+
+/// How many users were slow, answered in time, and missed among the slow and the fast.
+struct Misses {
+    slow_requests: usize,
+    in_time: usize,
+    slow_missed: usize,
+    fast_missed: usize,
+}
+
+/// The users' misses: slow ones chosen by id, as the services chose them.
+fn misses(args: &LoadArgs, outcomes: &[Outcome]) -> Misses {
+    let slow: Vec<bool> = outcomes
+        .iter()
+        .map(|o| is_slow(&o.id, args.seed, args.slow_share))
+        .collect();
+    let missed = |slow_ones: bool| {
+        outcomes
+            .iter()
+            .zip(&slow)
+            .filter(|(o, s)| **s == slow_ones && !o.in_time)
+            .count()
+    };
+    Misses {
+        slow_requests: slow.iter().filter(|s| **s).count(),
+        in_time: outcomes.iter().filter(|o| o.in_time).count(),
+        slow_missed: missed(true),
+        fast_missed: missed(false),
+    }
+}
+
+/// `part / whole`, or 0 when `whole` is not positive.
+fn share(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 { part / whole } else { 0.0 }
+}
+
+/// How long the services worked after the last user left, in ms: from the last user leaving
+/// to the last hold's end (0 if none ended later).
+fn drain_ms(outcomes: &[Outcome], holds: &[HoldLine], start_wall: f64) -> f64 {
+    let last_left = outcomes
+        .iter()
+        .map(|o| o.left_at_ms)
+        .fold(start_wall, f64::max);
+    let last_end = holds
+        .iter()
+        .filter_map(|h| h.end_ms)
+        .fold(start_wall, f64::max);
+    (last_end - last_left).max(0.0)
 }
 
 /// Latency histograms (ms, at least 1) of every user, of those answered in time and of those

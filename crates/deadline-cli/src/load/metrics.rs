@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::harness::Chain;
-use crate::service::METRICS_PATH;
+use crate::service::probe::METRICS_PATH;
 
 /// One service's metrics at the end of a run.
 #[derive(Clone, Debug, Default, Serialize)]

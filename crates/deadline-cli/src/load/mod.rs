@@ -12,18 +12,15 @@ mod metrics;
 mod mix;
 mod outage;
 mod table;
+mod users;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use deadline::Budget;
-use deadline::absolute::WallInstant;
-use deadline::dialect::{AbsoluteFormat, Dialect};
 use deadline_http::enforce::QueueOrder;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -31,14 +28,15 @@ use tokio::time::Instant;
 
 use args::{scenario, validate};
 use figures::{check, schedule_warning, summarize};
+use users::send_users;
 
-use crate::grpc::{Protocol, Users};
-use crate::harness::{Chain, ProcessUsage, reference, user_budget, with_margin};
-use crate::holds::{epoch_ms_now, wall_now};
+use crate::grpc::users::{Protocol, Users};
+use crate::harness::{Chain, ProcessUsage, reference, with_margin};
+use crate::holds::epoch_ms_now;
 use crate::hygiene::{self, ServiceHygiene};
 use crate::outage::{BudgetArg, HedgeArg, Window};
 use crate::placement::{Placement, PlacementArgs};
-use crate::svg;
+use crate::svg::chart::{ChartLine, load_chart};
 
 /// Arguments of `deadline load`; the defaults are the reference scenario.
 #[derive(Debug, Clone, Args)]
@@ -253,87 +251,6 @@ struct LoadReport<'a> {
     check: Check,
 }
 
-/// One user's fate.
-#[derive(Debug, Clone)]
-struct Outcome {
-    id: String,
-    sent_at: f64,
-    lateness_ms: f64,
-    in_time: bool,
-    /// The status heard before the wait ran out, if any.
-    status: Option<u16>,
-    elapsed_ms: f64,
-    /// When the user stopped waiting (epoch ms): answered or gave up.
-    left_at_ms: f64,
-    /// The user's class in `--budget-mix` (0 without one).
-    class: usize,
-    /// Why the call failed before the wait ran out, if it did.
-    error: Option<&'static str>,
-}
-
-/// The `user_errors` kind of a user the generator reached only after its wait was over.
-const NOT_SENT: &str = "not sent, too late";
-
-/// One user of the load: arrives at `due` and waits `wait` from then.
-struct LoadUser {
-    id: String,
-    due: Instant,
-    wait: Duration,
-    margin: u64,
-    /// Whether it also sends the instant it gives up (`--absolute-deadline`).
-    absolute: bool,
-    class: usize,
-}
-
-impl LoadUser {
-    /// Sends the user's request and waits for the answer at most until `due + wait`.
-    async fn send(self, client: &Users, url: &str) -> anyhow::Result<Outcome> {
-        // A generator running late (or a spawned task that starts late) has already spent part
-        // of the user's wait, so the user sends what is left of it and gives up at `due +
-        // wait`: a late generator must not hand out time the user no longer has. Lateness and
-        // budget come from the same instant: the user is sent now, however late the loop or
-        // this task started.
-        let now = Instant::now();
-        let lateness_ms = now.saturating_duration_since(self.due).as_secs_f64() * 1_000.0;
-        let (budget, left) = budget_left(self.due, self.wait, self.margin, now);
-        if left.is_zero() {
-            // The generator reached this user after its wait was over: a real user would have
-            // sent nothing, so nothing is sent (and no hop is handed a budget nobody has).
-            let at = epoch_ms_now();
-            return Ok(Outcome {
-                in_time: false,
-                status: None,
-                id: self.id,
-                sent_at: at,
-                lateness_ms,
-                elapsed_ms: lateness_ms,
-                left_at_ms: at,
-                class: self.class,
-                error: Some(NOT_SENT),
-            });
-        }
-        // The instant the user gives up, on the wall clock every hop on this machine reads.
-        let gives_up = self
-            .absolute
-            .then(|| gives_up_header(left, wall_now()))
-            .flatten();
-        let user = client
-            .one(url, &self.id, Some(budget), gives_up, left)
-            .await?;
-        Ok(Outcome {
-            in_time: user.status == Some(200),
-            status: user.status,
-            id: self.id,
-            sent_at: user.sent_ms,
-            lateness_ms,
-            elapsed_ms: user.elapsed.as_secs_f64() * 1_000.0,
-            left_at_ms: user.left_ms,
-            class: self.class,
-            error: user.error,
-        })
-    }
-}
-
 /// The chain's hops for one run: the scenario's, with the margin, inventory's database and queue
 /// rules, and the absolute-deadline dialect when asked.
 fn hops_for(args: &LoadArgs, deadlines: bool, tag: &str) -> Vec<crate::harness::Hop> {
@@ -430,58 +347,6 @@ async fn run_once(
     Ok(run)
 }
 
-/// Sends the run's users on their open-loop schedule and waits for every one of them.
-async fn send_users(
-    args: &LoadArgs,
-    deadlines: bool,
-    client: &Users,
-    url: Arc<str>,
-    progress: &ProgressBar,
-) -> anyhow::Result<Vec<Outcome>> {
-    let total = (args.rate * args.seconds).round().max(1.0) as usize;
-    let period = Duration::from_secs_f64(1.0 / args.rate);
-    // Each user's class, wait and budget: one class of `--user-wait` without a mix.
-    let waits: Vec<u64> = match &args.budget_mix {
-        Some(mix) => mix.0.iter().map(|c| c.wait_ms).collect(),
-        None => vec![args.user_wait],
-    };
-    progress.set_length(total as u64);
-    progress.set_position(0);
-    progress.set_message(if deadlines {
-        "with deadlines"
-    } else {
-        "without deadlines"
-    });
-    let start = Instant::now();
-    let mut users = tokio::task::JoinSet::new();
-    for i in 0..total {
-        let due = start + period.mul_f64(i as f64);
-        tokio::time::sleep_until(due).await;
-        let (client, url, progress) = (client.clone(), url.clone(), progress.clone());
-        let id = format!("load-{}-{i}", args.seed);
-        let class = args.budget_mix.as_ref().map_or(0, |mix| mix.class_of(i));
-        let wait = Duration::from_millis(waits[class]);
-        let user = LoadUser {
-            id,
-            due,
-            wait,
-            margin: args.margin,
-            absolute: deadlines && args.absolute_deadline,
-            class,
-        };
-        users.spawn(async move {
-            let outcome = user.send(&client, &url).await;
-            progress.inc(1);
-            outcome
-        });
-    }
-    let mut outcomes = Vec::with_capacity(total);
-    while let Some(joined) = users.join_next().await {
-        outcomes.push(joined.context("a user task failed")??);
-    }
-    Ok(outcomes)
-}
-
 pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     validate(&args)?;
     let placement = args.placement.resolve()?;
@@ -507,16 +372,16 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     progress.finish_and_clear();
     let check = check(&runs);
     if let Some(path) = &args.svg {
-        let lines: Vec<svg::ChartLine<'_>> = runs
+        let lines: Vec<ChartLine<'_>> = runs
             .iter()
-            .map(|run| svg::ChartLine {
+            .map(|run| ChartLine {
                 deadlines: run.deadlines,
                 in_time_share: run.in_time_share,
                 in_time_share_by_second: &run.in_time_share_by_second,
                 db_seconds_after_users_left: run.database.map(|d| d.db_seconds_after_users_left),
             })
             .collect();
-        let picture = svg::load_chart(&lines, &args.describe());
+        let picture = load_chart(&lines, &args.describe());
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
@@ -554,90 +419,5 @@ fn exit(checking: bool, passed: bool) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
-    }
-}
-
-/// The `X-Request-Deadline` of a user who still waits `left` at `now` on the wall clock (the
-/// core's dialect writes it), or `None` once nothing is left.
-fn gives_up_header(left: Duration, now: WallInstant) -> Option<http::HeaderValue> {
-    let left = Budget::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))?;
-    Dialect::RequestDeadline(AbsoluteFormat::Rfc3339Millis).encode(left, now)
-}
-
-/// What a user who arrived at `due` and waits `wait` sends at `now`: the budget (what is left of
-/// the wait, less `margin`; at least 1 ms) and how long it still waits.
-fn budget_left(due: Instant, wait: Duration, margin: u64, now: Instant) -> (u64, Duration) {
-    let left = (due + wait).saturating_duration_since(now);
-    let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-    (user_budget(left_ms, margin), left)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use deadline::absolute::WallInstant;
-    use tokio::time::Instant;
-
-    use super::{budget_left, gives_up_header};
-
-    #[tokio::test]
-    async fn a_user_reached_after_its_wait_is_not_sent() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/order", listener.local_addr().unwrap());
-        let client = crate::grpc::Users::new(crate::grpc::Protocol::Http1);
-        let user = |due| super::LoadUser {
-            id: "u-1".to_owned(),
-            due,
-            wait: Duration::from_millis(100),
-            margin: 50,
-            absolute: false,
-            class: 0,
-        };
-        let gone = user(Instant::now() - Duration::from_millis(300));
-        let outcome = gone.send(&client, &url).await.unwrap();
-        assert_eq!(outcome.error, Some(super::NOT_SENT));
-        assert!(outcome.lateness_ms >= 300.0 && !outcome.in_time);
-        // Nothing reached the service: no connection is waiting to be accepted.
-        let accepted = tokio::time::timeout(Duration::from_millis(100), listener.accept()).await;
-        assert!(
-            accepted.is_err(),
-            "the generator connected for a user already gone"
-        );
-        // A user on time is sent (and, with nobody answering, waits its wait out).
-        let on_time = user(Instant::now());
-        let (outcome, accepted) = tokio::join!(on_time.send(&client, &url), listener.accept());
-        assert!(accepted.is_ok());
-        assert_eq!(outcome.unwrap().error, None);
-    }
-
-    #[test]
-    fn a_late_send_carries_only_what_is_left_of_the_users_wait() {
-        let due = Instant::now();
-        let wait = Duration::from_millis(2_000);
-        // On time: the whole wait less the margin.
-        assert_eq!(budget_left(due, wait, 50, due), (1_950, wait));
-        // 190 ms late: 190 ms less of both.
-        let late = due + Duration::from_millis(190);
-        assert_eq!(
-            budget_left(due, wait, 50, late),
-            (1_760, Duration::from_millis(1_810))
-        );
-        // Later than the whole wait: nothing left to wait, the smallest budget.
-        let gone = due + Duration::from_millis(2_500);
-        assert_eq!(budget_left(due, wait, 50, gone), (1, Duration::ZERO));
-    }
-
-    #[test]
-    fn a_users_give_up_instant_is_sent_as_the_services_read_it() {
-        let now = WallInstant::from_system_time(
-            std::time::UNIX_EPOCH + Duration::from_millis(1_796_367_398_003),
-        );
-        let at = now.after(Duration::from_millis(1_800));
-        let value =
-            gives_up_header(Duration::from_millis(1_800), now).expect("a spellable instant");
-        assert_eq!(value, "2026-12-04T06:56:39.803Z");
-        assert_eq!(WallInstant::parse(value.as_bytes()), Ok(at));
-        assert_eq!(gives_up_header(Duration::ZERO, now), None);
     }
 }

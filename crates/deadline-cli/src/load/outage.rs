@@ -5,7 +5,8 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use super::{LoadArgs, Outcome};
+use super::LoadArgs;
+use super::users::Outcome;
 use crate::harness::Hop;
 use crate::holds::HoldLine;
 

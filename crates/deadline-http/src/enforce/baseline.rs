@@ -17,9 +17,10 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
 
+use super::EnforceDeadlineLayer;
 use super::future::{Reply, ResponseFuture, State, Task};
 use super::recorder::{CallerGone, CallerWatch, Recorder};
-use super::{EnforceDeadlineLayer, HopSettings};
+use super::settings::HopSettings;
 use crate::context::{Activity, DeadlineContext};
 use crate::hold::HoldOutcome;
 

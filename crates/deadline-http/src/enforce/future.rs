@@ -30,7 +30,6 @@ use tokio::task::futures::TaskLocalFuture;
 use tokio::time::{Instant, Sleep};
 use tower::util::Oneshot;
 
-use super::HopSettings;
 use super::answer::{self, Caller};
 use super::body::EnforceBody;
 use super::hop_trace::trace_header;
@@ -39,6 +38,7 @@ use super::queue::{Arrival, Slot, Slots, Waiter};
 use super::recorder::CallerWatch;
 use super::recorder::Recorder;
 use super::server_timing;
+use super::settings::HopSettings;
 #[cfg(feature = "baseline")]
 use super::{answer::text_response, hop_trace::root_only};
 use crate::context::{Activity, ActivityGuard, DeadlineContext};

@@ -4,7 +4,7 @@ use deadline::trace::{HopTrace, HopWork};
 use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
 
-use super::HopSettings;
+use super::settings::HopSettings;
 use crate::context::DeadlineContext;
 use crate::hold::{Hold, HoldOutcome};
 

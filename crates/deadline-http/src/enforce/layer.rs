@@ -11,7 +11,9 @@ use deadline::trace::{MAX_NAME_LEN, sanitize_name};
 use tower_layer::Layer;
 
 use super::queue::{QueueOrder, Slots};
-use super::{EnforceDeadline, Hold, HoldMetrics, HopSettings};
+use super::service::EnforceDeadline;
+use super::settings::HopSettings;
+use crate::hold::{Hold, HoldMetrics};
 
 /// Builds [`EnforceDeadline`] services: put it **outermost**, so the time a request waits for a
 /// worker counts against its budget (see the [module docs](super)).

@@ -18,11 +18,11 @@
 //!    in its trace. A slot that comes free at the cutoff itself is too late: nothing starts after
 //!    its deadline. With [`admission`](EnforceDeadlineLayer::admission) on, a request that could
 //!    not finish after its expected wait is answered 503 at once (outcome `shed`).
-//! 4. runs the inner service with the request's [`DeadlineContext`] as the task-local current
+//! 4. runs the inner service with the request's [`DeadlineContext`](crate::DeadlineContext) as the task-local current
 //!    context (so outbound calls, [`current_deadline`](crate::current_deadline) and the axum
 //!    extractors pick up what is left of the budget), racing it against the same cutoff. With
 //!    [`request_extensions`](EnforceDeadlineLayer::request_extensions) on, the context and the
-//!    [`Deadline`] go in the request extensions too, for code that reads them there.
+//!    [`Deadline`](deadline::Deadline) go in the request extensions too, for code that reads them there.
 //!    When the cutoff wins, the inner future is **dropped** (its work stops at its current
 //!    await point, and its outbound calls with it) and the layer answers **504** with what the
 //!    hop was doing: `deadline exceeded at inventory while calling orders: budget 600 ms,
@@ -154,21 +154,12 @@ mod hop_trace;
 mod layer;
 mod queue;
 mod recorder;
+mod request_id;
 pub mod server_timing;
+mod service;
+mod settings;
 pub mod sources;
 pub mod stream;
-
-use std::fmt;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
-
-use deadline::header::BudgetValue;
-use deadline::{Budget, Deadline};
-use http::{HeaderName, Request, Response, StatusCode};
-use tokio::time::Instant;
-use tower::ServiceExt;
-use tower_service::Service;
 
 pub use crate::hold::{Hold, HoldMetrics, HoldOutcome, HoldSnapshot};
 pub use crate::phase::Phase;
@@ -177,231 +168,7 @@ pub use body::EnforceBody;
 pub use exposure::{TraceExposure, UnknownExposure};
 pub use layer::EnforceDeadlineLayer;
 pub use queue::{QueueOrder, UnknownQueueOrder};
+pub use request_id::{MAX_REQUEST_ID_LEN, REQUEST_ID_HEADER, is_usable_request_id};
 pub use server_timing::SERVER_TIMING_HEADER;
+pub use service::EnforceDeadline;
 pub use stream::StreamCut;
-
-use crate::context::DeadlineContext;
-use crate::time;
-use future::{Reply, ResponseFuture, ScopedWork};
-use queue::Slots;
-use recorder::Recorder;
-
-/// `X-Request-Id`: read into each [`Hold`] report, so reports from different hops can be joined.
-pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
-
-/// The longest request id kept, in characters.
-pub const MAX_REQUEST_ID_LEN: usize = 128;
-
-/// Whether `id` is a request id worth keeping and forwarding: 1 to [`MAX_REQUEST_ID_LEN`]
-/// visible ASCII characters (no spaces). Anything else (a 200 KB value a caller sends to be
-/// copied into every hop's headers and logs, or bytes a log cannot show) is not: a [`Hold`]
-/// report leaves it out, and a hop should replace it with one of its own.
-pub fn is_usable_request_id(id: &[u8]) -> bool {
-    (1..=MAX_REQUEST_ID_LEN).contains(&id.len()) && id.iter().all(u8::is_ascii_graphic)
-}
-
-type HoldHook = Arc<dyn Fn(&Hold) + Send + Sync>;
-
-/// The settings of one [`EnforceDeadlineLayer`] and the state every service made from it
-/// shares (its slots, hook and counters).
-#[derive(Clone)]
-pub(crate) struct HopSettings {
-    name: Arc<str>,
-    /// `name` sanitised for trace spans, once rather than per request.
-    trace_name: String,
-    max_budget: Budget,
-    reserve: Duration,
-    slots: Option<Arc<Slots>>,
-    /// The order the slots' waiters are served in.
-    queue: QueueOrder,
-    /// Predictive admission's least useful budget, when it is on.
-    min_useful: Option<Duration>,
-    /// Admission's cap on the expected wait for a slot, when it is on.
-    max_queue_wait: Option<Duration>,
-    /// The longest the slots' wait list may grow, if bounded.
-    max_queue: Option<usize>,
-    /// `false` in baseline mode.
-    #[cfg(feature = "baseline")]
-    enforce: bool,
-    sources: sources::Sources,
-    /// Whether answers carry a `Server-Timing` header.
-    server_timing: bool,
-    /// Which callers see `Deadline-Trace` and `Server-Timing`.
-    exposure: TraceExposure,
-    /// Whether each request's context and deadline go in its extensions too.
-    extensions: bool,
-    on_hold: Option<HoldHook>,
-    metrics: HoldMetrics,
-    prometheus: crate::metrics_hook::HopHook,
-    /// Where the requests' server spans go.
-    #[cfg(feature = "otel")]
-    tracing: crate::otel::Tracing,
-}
-
-impl fmt::Debug for HopSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut debug = f.debug_struct("HopSettings");
-        debug
-            .field("name", &self.name)
-            .field("trace_name", &self.trace_name)
-            .field("max_budget", &self.max_budget)
-            .field("reserve", &self.reserve)
-            .field("slots_free", &self.slots.as_ref().map(|s| s.free()));
-        #[cfg(feature = "baseline")]
-        debug.field("enforce", &self.enforce);
-        debug
-            .field("sources", &self.sources)
-            .field("server_timing", &self.server_timing)
-            .field("exposure", &self.exposure)
-            .field("on_hold", &self.on_hold.is_some())
-            .finish()
-    }
-}
-
-/// Enforces each request's `Deadline-Budget-Ms` around an inner service: made by
-/// [`EnforceDeadlineLayer`]; see the [module docs](self).
-#[derive(Clone, Debug)]
-pub struct EnforceDeadline<S> {
-    inner: S,
-    settings: Arc<HopSettings>,
-}
-
-impl<S> EnforceDeadline<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-
-    /// The counters of this service's hold reports (shared with the layer that made it).
-    pub fn metrics(&self) -> HoldMetrics {
-        self.settings.metrics.clone()
-    }
-
-    /// Absolute deadlines ignored because they disagreed with a relative budget by more than
-    /// the maximum skew (shared with the layer that made it).
-    pub fn ignored_absolute_deadlines(&self) -> u64 {
-        self.settings.sources.ignored()
-    }
-}
-
-impl<S, ReqB, ResB> Service<Request<ReqB>> for EnforceDeadline<S>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ReqB: Send + 'static,
-    ResB: Send + 'static,
-{
-    type Response = Response<EnforceBody<ResB>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<ResB, S::Error, ScopedWork<S, ReqB>>;
-
-    /// Always ready: the inner service's readiness is awaited inside each request's future,
-    /// after its slot and before its cutoff.
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<ReqB>) -> Self::Future {
-        let arrival = Instant::now();
-        let settings = &self.settings;
-        let mut recorder = Recorder::arrived(settings.clone(), &request, arrival);
-
-        #[cfg(feature = "baseline")]
-        if !settings.enforce {
-            let inner = self.inner.clone();
-            return baseline::call(inner, settings, request, recorder, arrival);
-        }
-
-        let caller = Caller::of(request.headers());
-        // A gRPC request's own deadline header is always read.
-        let budget = settings.sources.read(
-            &settings.name,
-            request.headers(),
-            settings.max_budget,
-            caller.is_grpc(),
-        );
-        let expose = settings.exposure.allows(
-            request.headers(),
-            request.extensions(),
-            !matches!(budget, Ok(None)),
-        );
-        let reject = |recorder, status, message| {
-            let reply = Reply {
-                cutoff: None,
-                ctx: DeadlineContext::new(None, settings.reserve, arrival),
-                settings: settings.clone(),
-                recorder: Some(recorder),
-                caller,
-                expose,
-            };
-            ResponseFuture::reject(reply, status, message)
-        };
-        let budget = match budget {
-            Ok(budget) => budget,
-            Err(malformed) => {
-                return reject(recorder, StatusCode::BAD_REQUEST, format!("{malformed}\n"));
-            }
-        };
-        let budget_ms = budget.map(|b| match b {
-            BudgetValue::Expired => 0,
-            BudgetValue::Remaining(b) => b.as_millis(),
-        });
-        recorder.set_budget(budget_ms);
-        if budget == Some(BudgetValue::Expired) {
-            let message = format!(
-                "deadline exceeded at {} on arrival: the caller had already run out\n",
-                settings.name
-            );
-            return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
-        }
-
-        let deadline: Option<Deadline> = budget.map(|b| b.deadline(time::to_std(arrival)));
-        #[cfg(not(feature = "otel"))]
-        let ctx = DeadlineContext::new(deadline, settings.reserve, arrival);
-        #[cfg(feature = "otel")]
-        let ctx = DeadlineContext::new(deadline, settings.reserve, arrival)
-            .with_span(recorder.span_context());
-        let cutoff = ctx.cutoff();
-        if let Some(cutoff) = cutoff {
-            if cutoff.is_expired(time::to_std(arrival)) {
-                let message = format!(
-                    "deadline exceeded at {} on arrival: a budget of {} ms leaves nothing once \
-                     the reply reserve of {} ms is kept back\n",
-                    settings.name,
-                    budget_ms.unwrap_or(0),
-                    settings.reserve.as_millis()
-                );
-                return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
-            }
-        }
-
-        if settings.extensions {
-            let extensions = request.extensions_mut();
-            extensions.insert(ctx.clone());
-            if let Some(deadline) = deadline {
-                extensions.insert(deadline);
-            }
-        }
-        let work = ctx.clone().scoped(self.inner.clone().oneshot(request));
-        let reply = Reply {
-            cutoff: cutoff.map(time::to_tokio),
-            ctx,
-            settings: settings.clone(),
-            recorder: Some(recorder),
-            caller,
-            expose,
-        };
-        ResponseFuture::run(reply, work, settings.slots.clone())
-    }
-}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::{HeaderValue, Request, StatusCode, Uri};
 use tokio::time::Instant;
 
-use super::HopSettings;
+use super::settings::HopSettings;
 use crate::hold::{Hold, HoldOutcome};
 use crate::phase::Phase;
 
@@ -87,8 +87,8 @@ impl Recorder {
             Box::new(Detail {
                 request_id: request
                     .headers()
-                    .get(super::REQUEST_ID_HEADER)
-                    .filter(|id| super::is_usable_request_id(id.as_bytes()))
+                    .get(super::request_id::REQUEST_ID_HEADER)
+                    .filter(|id| super::request_id::is_usable_request_id(id.as_bytes()))
                     .cloned(),
                 uri: request.uri().clone(),
             })

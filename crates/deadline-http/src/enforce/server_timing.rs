@@ -39,7 +39,7 @@ use std::time::Duration;
 use deadline::decimal::StackBuf;
 use http::{HeaderName, HeaderValue};
 
-use super::HopSettings;
+use super::settings::HopSettings;
 use crate::hold::Hold;
 
 /// `Server-Timing`: the W3C header with this hop's queue and work time and the budget it

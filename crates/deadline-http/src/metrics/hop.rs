@@ -3,87 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
-use super::{Families, OutcomeLabels, PhaseLabels, Seconds, ServiceLabels, Tok, Token};
-use crate::hold::{Hold, HoldOutcome};
+use super::families::{Families, Seconds};
+use super::labels::{Outcome, OutcomeLabels, PhaseLabels, ServiceLabels, Tok};
+use crate::hold::Hold;
 use crate::phase::Phase;
-
-/// The `outcome` label of `deadline_requests_total`: how a request ended at this hop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// Answered, with anything but a 5xx.
-    Ok,
-    /// Time ran out (the layer's 504, or the handler's own).
-    Deadline,
-    /// The caller went away before the answer was ready.
-    HungUp,
-    /// Refused on arrival for a reason other than the two below.
-    Rejected,
-    /// A budget header that does not parse: answered 400 on arrival.
-    Malformed,
-    /// A budget already spent (or no larger than the reply reserve): answered 504 on arrival.
-    ExpiredOnArrival,
-    /// Turned away because the hop was overloaded.
-    Shed,
-    /// The inner service failed, or answered a 5xx other than 504.
-    Error,
-}
-
-impl Outcome {
-    /// Every outcome, in label order.
-    pub const ALL: [Outcome; 8] = [
-        Outcome::Ok,
-        Outcome::Deadline,
-        Outcome::HungUp,
-        Outcome::Rejected,
-        Outcome::Malformed,
-        Outcome::ExpiredOnArrival,
-        Outcome::Shed,
-        Outcome::Error,
-    ];
-
-    /// The label value: `ok`, `deadline`, `hung_up`, `rejected`, `malformed`,
-    /// `expired_on_arrival`, `shed` or `error`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Deadline => "deadline",
-            Outcome::HungUp => "hung_up",
-            Outcome::Rejected => "rejected",
-            Outcome::Malformed => "malformed",
-            Outcome::ExpiredOnArrival => "expired_on_arrival",
-            Outcome::Shed => "shed",
-            Outcome::Error => "error",
-        }
-    }
-
-    /// The outcome of `hold`.
-    pub fn of(hold: &Hold) -> Outcome {
-        match hold.outcome {
-            HoldOutcome::Ok => Outcome::Ok,
-            HoldOutcome::Deadline => Outcome::Deadline,
-            HoldOutcome::HungUp => Outcome::HungUp,
-            HoldOutcome::Rejected => match hold.status {
-                Some(StatusCode::BAD_REQUEST) => Outcome::Malformed,
-                Some(StatusCode::GATEWAY_TIMEOUT) => Outcome::ExpiredOnArrival,
-                _ => Outcome::Rejected,
-            },
-            HoldOutcome::Shed => Outcome::Shed,
-            HoldOutcome::Error => Outcome::Error,
-        }
-    }
-}
-
-impl Token for Outcome {
-    fn token(self) -> &'static str {
-        self.as_str()
-    }
-}
 
 const PHASES: [Phase; 4] = [Phase::Queue, Phase::Work, Phase::Calling, Phase::Stream];
 

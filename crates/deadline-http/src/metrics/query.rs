@@ -7,51 +7,8 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::{Families, QueryLabels, ServiceLabels, Tok, Token};
-
-/// The `outcome` label of `deadline_queries_total`: how one database statement ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum QueryOutcome {
-    /// The statement finished.
-    Ok,
-    /// The request's deadline stopped it: the server's `statement_timeout` or the local timer.
-    Deadline,
-    /// Its caller stopped waiting (the statement's future was dropped) while it ran.
-    Cancelled,
-    /// It was not sent: too little time was left (or the pool wait used it up).
-    NotSent,
-    /// The database or the connection failed.
-    Error,
-}
-
-impl QueryOutcome {
-    /// Every outcome, in label order.
-    pub const ALL: [QueryOutcome; 5] = [
-        QueryOutcome::Ok,
-        QueryOutcome::Deadline,
-        QueryOutcome::Cancelled,
-        QueryOutcome::NotSent,
-        QueryOutcome::Error,
-    ];
-
-    /// The label value: `ok`, `deadline`, `cancelled`, `not_sent` or `error`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueryOutcome::Ok => "ok",
-            QueryOutcome::Deadline => "deadline",
-            QueryOutcome::Cancelled => "cancelled",
-            QueryOutcome::NotSent => "not_sent",
-            QueryOutcome::Error => "error",
-        }
-    }
-}
-
-impl Token for QueryOutcome {
-    fn token(self) -> &'static str {
-        self.as_str()
-    }
-}
+use super::families::Families;
+use super::labels::{QueryLabels, QueryOutcome, ServiceLabels, Tok};
 
 /// One service's database series, from [`ServiceMetrics::queries`](super::ServiceMetrics::queries).
 /// Cheap to clone; recording is a few atomic additions.

@@ -1,0 +1,172 @@
+//! The service [`EnforceDeadlineLayer`](super::EnforceDeadlineLayer) makes: what happens when a
+//! request arrives, up to the future that queues, works and replies (see the
+//! [module docs](super) for the whole sequence).
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use deadline::Deadline;
+use deadline::header::BudgetValue;
+use http::{Request, Response, StatusCode};
+use tokio::time::Instant;
+use tower::ServiceExt;
+use tower_service::Service;
+
+use super::answer::Caller;
+#[cfg(feature = "baseline")]
+use super::baseline;
+use super::body::EnforceBody;
+use super::future::{Reply, ResponseFuture, ScopedWork};
+use super::recorder::Recorder;
+use super::settings::HopSettings;
+use crate::context::DeadlineContext;
+use crate::hold::HoldMetrics;
+use crate::time;
+
+/// Enforces each request's `Deadline-Budget-Ms` around an inner service: made by
+/// [`EnforceDeadlineLayer`](super::EnforceDeadlineLayer); see the [module docs](super).
+#[derive(Clone, Debug)]
+pub struct EnforceDeadline<S> {
+    pub(super) inner: S,
+    pub(super) settings: Arc<HopSettings>,
+}
+
+impl<S> EnforceDeadline<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The counters of this service's hold reports (shared with the layer that made it).
+    pub fn metrics(&self) -> HoldMetrics {
+        self.settings.metrics.clone()
+    }
+
+    /// Absolute deadlines ignored because they disagreed with a relative budget by more than
+    /// the maximum skew (shared with the layer that made it).
+    pub fn ignored_absolute_deadlines(&self) -> u64 {
+        self.settings.sources.ignored()
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for EnforceDeadline<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Send + 'static,
+    ResB: Send + 'static,
+{
+    type Response = Response<EnforceBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResB, S::Error, ScopedWork<S, ReqB>>;
+
+    /// Always ready: the inner service's readiness is awaited inside each request's future,
+    /// after its slot and before its cutoff.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: Request<ReqB>) -> Self::Future {
+        let arrival = Instant::now();
+        let settings = &self.settings;
+        let mut recorder = Recorder::arrived(settings.clone(), &request, arrival);
+
+        #[cfg(feature = "baseline")]
+        if !settings.enforce {
+            let inner = self.inner.clone();
+            return baseline::call(inner, settings, request, recorder, arrival);
+        }
+
+        let caller = Caller::of(request.headers());
+        // A gRPC request's own deadline header is always read.
+        let budget = settings.sources.read(
+            &settings.name,
+            request.headers(),
+            settings.max_budget,
+            caller.is_grpc(),
+        );
+        let expose = settings.exposure.allows(
+            request.headers(),
+            request.extensions(),
+            !matches!(budget, Ok(None)),
+        );
+        let reject = |recorder, status, message| {
+            let reply = Reply {
+                cutoff: None,
+                ctx: DeadlineContext::new(None, settings.reserve, arrival),
+                settings: settings.clone(),
+                recorder: Some(recorder),
+                caller,
+                expose,
+            };
+            ResponseFuture::reject(reply, status, message)
+        };
+        let budget = match budget {
+            Ok(budget) => budget,
+            Err(malformed) => {
+                return reject(recorder, StatusCode::BAD_REQUEST, format!("{malformed}\n"));
+            }
+        };
+        let budget_ms = budget.map(|b| match b {
+            BudgetValue::Expired => 0,
+            BudgetValue::Remaining(b) => b.as_millis(),
+        });
+        recorder.set_budget(budget_ms);
+        if budget == Some(BudgetValue::Expired) {
+            let message = format!(
+                "deadline exceeded at {} on arrival: the caller had already run out\n",
+                settings.name
+            );
+            return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
+        }
+
+        let deadline: Option<Deadline> = budget.map(|b| b.deadline(time::to_std(arrival)));
+        #[cfg(not(feature = "otel"))]
+        let ctx = DeadlineContext::new(deadline, settings.reserve, arrival);
+        #[cfg(feature = "otel")]
+        let ctx = DeadlineContext::new(deadline, settings.reserve, arrival)
+            .with_span(recorder.span_context());
+        let cutoff = ctx.cutoff();
+        if let Some(cutoff) = cutoff {
+            if cutoff.is_expired(time::to_std(arrival)) {
+                let message = format!(
+                    "deadline exceeded at {} on arrival: a budget of {} ms leaves nothing once \
+                     the reply reserve of {} ms is kept back\n",
+                    settings.name,
+                    budget_ms.unwrap_or(0),
+                    settings.reserve.as_millis()
+                );
+                return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
+            }
+        }
+
+        if settings.extensions {
+            let extensions = request.extensions_mut();
+            extensions.insert(ctx.clone());
+            if let Some(deadline) = deadline {
+                extensions.insert(deadline);
+            }
+        }
+        let work = ctx.clone().scoped(self.inner.clone().oneshot(request));
+        let reply = Reply {
+            cutoff: cutoff.map(time::to_tokio),
+            ctx,
+            settings: settings.clone(),
+            recorder: Some(recorder),
+            caller,
+            expose,
+        };
+        ResponseFuture::run(reply, work, settings.slots.clone())
+    }
+}
