@@ -3,9 +3,9 @@
 # workspace with every feature on (--all-features, and the CLI turns on deadline-http's
 # `metrics` and `baseline`), so a build without them would otherwise never be compiled.
 #
-# An explicit matrix rather than `cargo hack --each-feature`: the crates have four features
-# between them, installing cargo-hack costs a compile of its own, and the matrix names each
-# build a user can ask for. Each line is one build. (deadline-http's tests always run with
+# An explicit matrix rather than `cargo hack --each-feature`: the crates have a handful of
+# features between them, installing cargo-hack costs a compile of its own, and the matrix names
+# each build a user can ask for. Each line is one build. (deadline-http's tests always run with
 # `metrics` and `baseline` on: its dev-dependency on itself turns them on.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +26,6 @@ run cargo check --quiet -p deadline-http --no-default-features --features baseli
 run cargo check --quiet -p deadline-http --no-default-features --features tls
 run cargo check --quiet -p deadline-http --no-default-features --features otel
 run cargo check --quiet -p deadline-reqwest
+run cargo check --quiet -p deadline-reqwest --features metrics
+run cargo check --quiet -p deadline-reqwest --features otel
 echo "features: passed"

@@ -9,10 +9,51 @@
 //! turns into the handler's own 504. Whether to retry that answer was decided before, by the
 //! planner (see [retries](super#retries)): only the answer the call ends with is converted.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
 use deadline::grpc::GrpcCode;
 use http::{Response, StatusCode};
+use pin_project_lite::pin_project;
 
 use crate::error::{CallError, DeadlineExceeded};
+
+pin_project! {
+    /// A call's future, its final deadline answer from `target` turned into an error when a
+    /// target is given (the option is on). Written by hand rather than as an `async` block
+    /// around the call: such a block moves the whole call future into itself once more at its
+    /// first poll. The boxed path wraps a call only when the option is on.
+    pub(super) struct Answered<F> {
+        #[pin]
+        call: F,
+        target: Option<Arc<str>>,
+    }
+}
+
+impl<F> Answered<F> {
+    /// `call`, converting a final deadline answer from `target` when there is one.
+    pub(super) fn new(call: F, target: Option<Arc<str>>) -> Answered<F> {
+        Answered { call, target }
+    }
+}
+
+impl<F, RB> Future for Answered<F>
+where
+    F: Future<Output = Result<Response<RB>, CallError>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let result = ready!(this.call.poll(cx));
+        Poll::Ready(match this.target.take() {
+            None => result,
+            Some(target) => deadline_answer_as_error(result, &target),
+        })
+    }
+}
 
 /// `result`, with a final deadline answer from `target` turned into an error.
 pub(super) fn deadline_answer_as_error<RB>(

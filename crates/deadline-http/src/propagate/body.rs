@@ -61,8 +61,9 @@ pub const DEFAULT_MAX_BODY: u64 = 4 * 1024 * 1024;
 
 /// When the attempt that got a response must have its whole body: the end of its wait.
 ///
-/// The propagate layer wraps each attempt's response body with it where the response arrives;
-/// another client (the reqwest middleware) gives it to [`CallBody::new`] the same way.
+/// The call loop wraps each attempt's response body with it where the response arrives (for
+/// every client that runs the loop, the reqwest middleware included); a client with a loop of
+/// its own gives it to [`CallBody::new`] the same way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttemptEnd {
     /// The end of the attempt's wait.

@@ -9,20 +9,20 @@ use deadline::{Budget, CallPolicy, Deadline, Plan, Stop};
 use http::{Request, Response};
 use tokio::time::Instant;
 use tokio::time::error::Elapsed;
-use tower::ServiceExt;
-use tower_service::Service;
 
 use super::attempt::{AttemptRequests, LateStamp, authority_name};
 use super::body::{AttemptEnd, CallBody};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
+use super::send::SendAttempt;
 use super::{Target, UNNAMED_TARGET};
 use crate::context::DeadlineContext;
 use crate::error::{AttemptSkipped, BoxError, CallError, DeadlineExceeded};
 
 /// Everything one call needs, moved into its future.
-pub(super) struct Call<S, B> {
-    pub(super) inner: S,
+pub(super) struct Call<T, B> {
+    /// Sends each attempt (cloned per attempt when hedging).
+    pub(super) inner: T,
     pub(super) policy: CallPolicy,
     pub(super) request: Request<B>,
     pub(super) explicit: Option<Deadline>,
@@ -104,17 +104,18 @@ pub(super) enum Failure<RB> {
     Timeout { capped: bool },
 }
 
-impl<S, B, RB> Call<S, B>
+impl<T, B> Call<T, B>
 where
-    S: Service<Request<B>, Response = Response<RB>> + Clone + Send,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
+    T: SendAttempt<B>,
     B: Clone + Send,
-    RB: Send,
 {
     /// Plans, sends and judges attempts until one is returned or the planner stops.
-    pub(super) async fn run(self) -> Result<Response<CallBody<RB>>, CallError> {
-        if let Some(delay) = self.retries.hedge_for(&self.request, &self.policy) {
+    pub(super) async fn run(self) -> Result<Response<CallBody<T::Body>>, CallError> {
+        let repeatable = self.inner.repeatable(&self.request);
+        if let Some(delay) = self
+            .retries
+            .hedge_for(&self.request, &self.policy, repeatable)
+        {
             return self.run_hedged(delay).await;
         }
         let Call {
@@ -136,10 +137,10 @@ where
         // from the URI only when a context needs it (or, below, before the request is moved
         // into its last attempt): without either, only an error message would ever read it.
         let (mut target, mut record) = start_record(target, context, &request);
-        let mut requests =
-            AttemptRequests::new(request, policy.attempts(), explicit).dialects(dialects);
+        let attempts = if repeatable { policy.attempts() } else { 1 };
+        let mut requests = AttemptRequests::new(request, attempts, explicit).dialects(dialects);
         let mut plan = Plan::new(policy);
-        let mut last: Option<Failure<CallBody<RB>>> = None;
+        let mut last: Option<Failure<CallBody<T::Body>>> = None;
         let mut answer = LastAnswer::default();
         // The retry budget, looked up by its key (the configured target, or the URI's
         // authority) at the first plan.
@@ -195,8 +196,8 @@ where
                 attempt_request.extensions_mut().insert(until);
             }
             let outcome = tokio::time::timeout_at(until.at, async {
-                let ready = inner.ready().await.map_err(Into::into)?;
-                let response = ready.call(attempt_request).await.map_err(Into::into)?;
+                inner.ready().await.map_err(Into::into)?;
+                let response = inner.send(attempt_request).await.map_err(Into::into)?;
                 Ok(until.bound(response, max_body))
             })
             .await;

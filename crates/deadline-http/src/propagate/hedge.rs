@@ -32,8 +32,6 @@ use deadline::{Attempt, Budget, CallPolicy, Plan, Stop};
 use http::{Request, Response};
 use tokio::time::error::Elapsed;
 use tokio::time::{Instant, Sleep};
-use tower::ServiceExt;
-use tower_service::Service;
 
 use super::UNNAMED_TARGET;
 use super::attempt::AttemptRequests;
@@ -41,6 +39,7 @@ use super::body::{AttemptEnd, CallBody};
 use super::call::{Call, Failure, report_body, start_record, stopped, target_name};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
+use super::send::SendAttempt;
 use crate::error::{BoxError, CallError};
 
 /// What one attempt's future gives: its answer, or its wait elapsed.
@@ -107,25 +106,24 @@ impl Drop for Hedged {
 }
 
 /// One attempt: readiness and the call, within its wait, which bounds its response's body too.
-async fn flight<S, B, RB>(
-    mut inner: S,
+async fn flight<T, B>(
+    mut inner: T,
     mut request: Request<B>,
     until: AttemptEnd,
     max_body: u64,
     mark: bool,
     #[cfg(feature = "otel")] span: (crate::otel::AttemptSpan, Option<deadline::Deadline>),
-) -> Outcome<CallBody<RB>>
+) -> Outcome<CallBody<T::Body>>
 where
-    S: Service<Request<B>, Response = Response<RB>>,
-    S::Error: Into<BoxError>,
+    T: SendAttempt<B>,
 {
     // For the client below: a connection an attempt timed out on is not reused.
     if mark {
         request.extensions_mut().insert(until);
     }
     let outcome = tokio::time::timeout_at(until.at, async move {
-        let ready = inner.ready().await.map_err(Into::into)?;
-        let response = ready.call(request).await.map_err(Into::into)?;
+        inner.ready().await.map_err(Into::into)?;
+        let response = inner.send(request).await.map_err(Into::into)?;
         Ok(until.bound(response, max_body))
     })
     .await;
@@ -143,19 +141,16 @@ enum Event<RB> {
     Hedge,
 }
 
-impl<S, B, RB> Call<S, B>
+impl<T, B> Call<T, B>
 where
-    S: Service<Request<B>, Response = Response<RB>> + Clone + Send,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
+    T: SendAttempt<B>,
     B: Clone + Send,
-    RB: Send,
 {
     /// The call with hedges after `delay` (see the [module docs](self)).
     pub(super) async fn run_hedged(
         self,
         delay: HedgeDelay,
-    ) -> Result<Response<CallBody<RB>>, CallError> {
+    ) -> Result<Response<CallBody<T::Body>>, CallError> {
         let Call {
             inner,
             policy,
@@ -185,7 +180,7 @@ where
         let mut requests =
             AttemptRequests::new(request, policy.attempts(), explicit).dialects(dialects);
         let mut plan = Plan::new(policy);
-        let mut last: Option<Failure<CallBody<RB>>> = None;
+        let mut last: Option<Failure<CallBody<T::Body>>> = None;
         let mut answer = LastAnswer::default();
         let mut flights = Vec::new();
         let mut hedge_timer: Option<(Instant, Pin<Box<Sleep>>)> = None;

@@ -51,6 +51,10 @@
 //! a pool that connects first and stamps the budget once the connection is ready, so a TLS
 //! handshake is taken off the budget the callee is told.
 //!
+//! A client that is not a tower service drives the same call loop (everything below) with
+//! [`PropagateDeadline::call_with`] and a [`SendAttempt`] of its own: the reqwest middleware
+//! (`deadline-reqwest`) does, so there is one loop for both.
+//!
 //! # Where the deadline comes from
 //!
 //! Two places: a [`deadline::Deadline`] in the request's extensions (for callers outside a
@@ -204,7 +208,9 @@ mod hedge;
 mod layer;
 mod record;
 mod retry;
+mod send;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -222,6 +228,8 @@ pub use self::future::ResponseFuture;
 pub use self::layer::PropagateDeadlineLayer;
 use self::retry::Retries;
 pub use self::retry::{Draws, RetrySettings};
+pub use self::send::SendAttempt;
+use self::send::Tower;
 use crate::context::DeadlineContext;
 use crate::error::{BoxError, CallError};
 pub use deadline::plan::backoff::Backoff;
@@ -472,7 +480,8 @@ where
 impl<S> PropagateDeadline<S> {
     /// The call of `request`: what [`Service::call`] returns, from a shared reference, so
     /// [`DeadlineClient`] need not clone the whole service (its pooled client) before cloning
-    /// the inner client for the call.
+    /// the inner client for the call. The loop of [`call_with`](Self::call_with), boxed, over
+    /// one clone of the inner service.
     fn start<B, RB>(&self, request: Request<B>) -> ResponseFuture<RB>
     where
         S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
@@ -480,6 +489,44 @@ impl<S> PropagateDeadline<S> {
         S::Error: Into<BoxError>,
         B: Clone + Send + 'static,
         RB: Send + 'static,
+    {
+        let (call, answer_target) = self.prepare(Tower(self.inner.clone()), request);
+        // Without the option, the call's future goes into its box as it is: a wrapper would be
+        // one more move of it, and one more layer every poll.
+        match answer_target {
+            None => ResponseFuture::new(call.run()),
+            Some(target) => ResponseFuture::new(answers::Answered::new(call.run(), Some(target))),
+        }
+    }
+
+    /// Makes the call of `request` as [`Service::call`] makes it (the same plans, headers,
+    /// retries, hedges, trace, metrics and spans), sending its attempts with `sender` instead of
+    /// the inner service. For a client that is not a tower service: the reqwest middleware
+    /// drives its calls through here. The future is not boxed and borrows nothing from `self`
+    /// (what it needs is copied or shared at the call), only what `sender` borrows.
+    ///
+    /// The deadline and the context are read now, as [`Service::call`] reads them: call it on
+    /// the handler's task.
+    pub fn call_with<T, B>(
+        &self,
+        sender: T,
+        request: Request<B>,
+    ) -> impl Future<Output = Result<Response<CallBody<T::Body>>, CallError>> + Send + use<S, T, B>
+    where
+        T: SendAttempt<B>,
+        B: Clone + Send,
+    {
+        let (call, answer_target) = self.prepare(sender, request);
+        answers::Answered::new(call.run(), answer_target)
+    }
+
+    /// The call of `request` with `sender`, ready to run, and the target whose final deadline
+    /// answer becomes an error (when the option is on): the one place both entries, boxed and
+    /// not, read the deadline and the context and copy the settings.
+    fn prepare<T, B>(&self, sender: T, request: Request<B>) -> (Call<T, B>, Option<Arc<str>>)
+    where
+        T: SendAttempt<B>,
+        B: Clone + Send,
     {
         let explicit = request.extensions().get::<Deadline>().copied();
         let context = DeadlineContext::current();
@@ -504,7 +551,7 @@ impl<S> PropagateDeadline<S> {
             context.as_ref().and_then(DeadlineContext::span_context),
         );
         let call = Call {
-            inner: self.inner.clone(),
+            inner: sender,
             policy: self.policy,
             request,
             explicit,
@@ -522,12 +569,7 @@ impl<S> PropagateDeadline<S> {
                 spans,
             },
         };
-        match answer_target {
-            None => ResponseFuture::new(call.run()),
-            Some(target) => ResponseFuture::new(async move {
-                answers::deadline_answer_as_error(call.run().await, &target)
-            }),
-        }
+        (call, answer_target)
     }
 }
 

@@ -164,17 +164,18 @@ impl Retries {
     }
 
     /// The hedge delay for a call of `request` under `policy`, when it is hedged: the client
-    /// hedges, propagation is on, more than one attempt is allowed, and the method is
-    /// idempotent.
+    /// hedges, propagation is on, more than one attempt is allowed, the method is idempotent
+    /// and the request can be sent more than once (`repeatable`: its body can be copied).
     pub(super) fn hedge_for<B>(
         &self,
         request: &Request<B>,
         policy: &CallPolicy,
+        repeatable: bool,
     ) -> Option<HedgeDelay> {
         let idempotent = is_idempotent(request.method());
         self.settings
             .hedge
-            .filter(|_| idempotent && policy.propagate() && policy.attempts() > 1)
+            .filter(|_| idempotent && repeatable && policy.propagate() && policy.attempts() > 1)
     }
 
     /// How long to wait before hedging now; `None` while a percentile has too few samples.

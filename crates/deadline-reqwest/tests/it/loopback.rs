@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tower::{Layer, service_fn};
 
-fn ms(n: u64) -> Duration {
+pub(crate) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
@@ -68,7 +68,7 @@ async fn inventory() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, calls)
 }
 
-fn with_middleware(middleware: DeadlineMiddleware) -> ClientWithMiddleware {
+pub(crate) fn with_middleware(middleware: DeadlineMiddleware) -> ClientWithMiddleware {
     let reqwest = reqwest::Client::builder()
         .no_proxy()
         .tcp_nodelay(true)
@@ -77,7 +77,7 @@ fn with_middleware(middleware: DeadlineMiddleware) -> ClientWithMiddleware {
     ClientBuilder::new(reqwest).with(middleware).build()
 }
 
-fn context(budget: u64) -> DeadlineContext {
+pub(crate) fn context(budget: u64) -> DeadlineContext {
     let now = Instant::now();
     DeadlineContext::new(
         Some(Deadline::after_duration(now.into_std(), ms(budget))),
@@ -86,7 +86,15 @@ fn context(budget: u64) -> DeadlineContext {
     )
 }
 
-fn trace(context: &DeadlineContext) -> String {
+/// The [`CallError`] a call failed with (any other error fails the test).
+pub(crate) fn call_error(error: reqwest_middleware::Error) -> CallError {
+    let reqwest_middleware::Error::Middleware(error) = error else {
+        panic!("a CallError, not {error:?}");
+    };
+    error.downcast::<CallError>().expect("a CallError")
+}
+
+pub(crate) fn trace(context: &DeadlineContext) -> String {
     let (spans, dropped) = context.take_spans();
     let mut trace = Trace::new();
     trace.spans = spans;
@@ -178,7 +186,7 @@ async fn a_503_is_retried_after_a_backoff_and_the_budget_is_shared_by_clones() {
 }
 
 /// A peer that accepts connections and never answers; counts them.
-async fn silent() -> (SocketAddr, Arc<AtomicUsize>) {
+pub(crate) async fn silent() -> (SocketAddr, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
@@ -211,10 +219,7 @@ async fn the_attempt_timeout_never_runs_past_the_deadline() {
         took < ms(1_000),
         "gave up at the deadline, not after 5 s: {took:?}"
     );
-    let reqwest_middleware::Error::Middleware(error) = error else {
-        panic!("a deadline error, not {error:?}");
-    };
-    let error = error.downcast_ref::<CallError>().expect("a CallError");
+    let error = call_error(error);
     assert!(error.is_deadline(), "{error}");
     assert_eq!(
         calls.load(Ordering::SeqCst),
