@@ -2,11 +2,15 @@
 
 use deadline::plan::retry::is_idempotent;
 use deadline::{Budget, Deadline};
-use http::Request;
+use http::{HeaderName, Request};
 use tokio::time::Instant;
 
 use super::dialects::DialectSet;
-use super::{IDEMPOTENCY_KEY, UNNAMED_TARGET};
+use super::target::UNNAMED_TARGET;
+
+/// The `Idempotency-Key` request header: a request that carries one may be retried even when
+/// its method is not idempotent.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// The call's original request and what each attempt may do with it: copied for every attempt
 /// that another may follow, moved into the last one allowed.

@@ -15,7 +15,7 @@ use super::body::{AttemptEnd, CallBody};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
 use super::send::SendAttempt;
-use super::{Target, UNNAMED_TARGET};
+use super::target::{Target, UNNAMED_TARGET};
 use crate::context::DeadlineContext;
 use crate::error::{AttemptSkipped, BoxError, CallError, DeadlineExceeded};
 

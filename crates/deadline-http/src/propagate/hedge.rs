@@ -33,13 +33,13 @@ use http::{Request, Response};
 use tokio::time::error::Elapsed;
 use tokio::time::{Instant, Sleep};
 
-use super::UNNAMED_TARGET;
 use super::attempt::AttemptRequests;
 use super::body::{AttemptEnd, CallBody};
 use super::call::{Call, Failure, report_body, start_record, stopped, target_name};
 use super::record::CallRecord;
 use super::retry::{self, Paced, Retries};
 use super::send::SendAttempt;
+use super::target::UNNAMED_TARGET;
 use crate::error::{BoxError, CallError};
 
 /// What one attempt's future gives: its answer, or its wait elapsed.

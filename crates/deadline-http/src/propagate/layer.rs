@@ -4,9 +4,8 @@ use tower_layer::Layer;
 use std::sync::Arc;
 
 use super::retry::Retries;
-use super::{
-    Backoff, Callee504, DialectSet, HedgeDelay, PropagateDeadline, RetryBudgetConfig, Target,
-};
+use super::target::Target;
+use super::{Backoff, Callee504, DialectSet, HedgeDelay, PropagateDeadline, RetryBudgetConfig};
 
 /// Wraps a client service in [`PropagateDeadline`]: every call carries what is left of the
 /// current deadline, is retried by the call planner, and is recorded in the hop's trace.
