@@ -175,12 +175,13 @@ fn set_budget<B>(request: &mut Request<B>, budget: Option<Budget>) {
     deadline::header::set_budget(request.headers_mut(), budget);
 }
 
-/// The downstream's name when none was configured: the request URI's authority.
+/// The downstream's name when none was configured: the request URI's host and port, without
+/// any `user:password@` (the name goes in traces, metrics labels and logs).
 pub(super) fn authority_name<B>(request: &Request<B>) -> &str {
-    request
-        .uri()
-        .authority()
-        .map_or(UNNAMED_TARGET, |a| a.as_str())
+    request.uri().authority().map_or(UNNAMED_TARGET, |a| {
+        let text = a.as_str();
+        text.rsplit_once('@').map_or(text, |(_, host)| host)
+    })
 }
 
 #[cfg(test)]
@@ -297,5 +298,21 @@ mod tests {
         assert_eq!(request.headers()["grpc-timeout"], "650000u");
         let budgets: Vec<_> = request.headers().get_all(BUDGET_HEADER).iter().collect();
         assert_eq!(budgets.len(), 1);
+    }
+
+    #[test]
+    fn a_target_named_by_its_uri_leaves_the_credentials_out() {
+        let request = Request::builder()
+            .uri("http://user:secret@inventory:8080/stock")
+            .body(())
+            .unwrap();
+        assert_eq!(authority_name(&request), "inventory:8080");
+        let request = Request::builder()
+            .uri("http://inventory/stock")
+            .body(())
+            .unwrap();
+        assert_eq!(authority_name(&request), "inventory");
+        let request = Request::builder().uri("/stock").body(()).unwrap();
+        assert_eq!(authority_name(&request), UNNAMED_TARGET);
     }
 }
