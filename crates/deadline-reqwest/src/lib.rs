@@ -9,7 +9,7 @@
 //! reqwest call is planned, paced, sent, judged and recorded exactly as a call through the
 //! layer: before every attempt the call planner ([`deadline::plan`]) decides whether there is
 //! still time to send it, the attempt's wait never runs past the caller's deadline, the callee
-//! is told its budget in `Deadline-Budget-Ms` (and in the [dialects](Self#dialects) chosen),
+//! is told its budget in `Deadline-Budget-Ms` (and in the [dialects](DeadlineMiddleware#dialects) chosen),
 //! retries back off with full jitter inside the budget and draw from a retry budget per target
 //! shared by every clone of the client, the callee's pushback (`Retry-After`,
 //! `grpc-retry-pushback-ms`) is honoured inside the budget, a gRPC answer is judged by its
@@ -93,7 +93,8 @@
 //!   `deadline-http/metrics`).
 //! - `otel`: [`DeadlineMiddleware::tracing`], one OpenTelemetry client span per attempt and a
 //!   W3C `traceparent` on it (turns on `deadline-http/otel`; the spans go to the global tracer
-//!   provider unless told otherwise).
+//!   provider unless told otherwise). Without it the middleware makes no spans and adds no
+//!   `traceparent`, even where another crate in the build turns `deadline-http/otel` on.
 
 mod send;
 
@@ -133,9 +134,12 @@ impl DeadlineMiddleware {
     /// and successes refill), no hedging, `Deadline-Budget-Ms` alone, responses returned as
     /// they are.
     pub fn new(policy: CallPolicy) -> DeadlineMiddleware {
-        DeadlineMiddleware {
-            layer: PropagateDeadline::new((), policy),
-        }
+        let layer = PropagateDeadline::new((), policy);
+        // Without this crate's `otel` feature the user has not asked for spans (and could not
+        // turn them off): none, even where another crate turns `deadline-http/otel` on.
+        #[cfg(not(feature = "otel"))]
+        let layer = layer.without_tracing();
+        DeadlineMiddleware { layer }
     }
 
     /// The largest response body a call reads, in bytes (default
@@ -150,8 +154,8 @@ impl DeadlineMiddleware {
 
     /// Names the downstream in the call's span (`call:<name>`), in the hop's activity, in the
     /// metrics and as the key of its retry budget (default: the URL's host and port, the port
-    /// only when it is not the scheme's). Give it before
-    /// [`record_metrics`](Self::record_metrics), which labels its series with it.
+    /// only when it is not the scheme's). Given before or after
+    /// [`record_metrics`](Self::record_metrics), the series are labelled with it.
     #[must_use = "this returns the middleware with the target set; the original is unchanged"]
     pub fn target(self, name: impl Into<String>) -> DeadlineMiddleware {
         self.map(|layer| layer.target(name))

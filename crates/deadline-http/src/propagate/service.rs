@@ -28,8 +28,8 @@ use crate::error::{BoxError, CallError};
 /// A client service whose calls carry the current deadline, are retried by the call planner
 /// and are recorded in the hop's trace. See the [module docs](super).
 ///
-/// The inner service is cloned for every attempt (readiness is awaited inside the attempt's
-/// wait), so [`poll_ready`](Service::poll_ready) is always ready.
+/// The inner service is cloned once per call, once per attempt when hedging (readiness is
+/// awaited inside the attempt's wait), so [`poll_ready`](Service::poll_ready) is always ready.
 #[derive(Clone, Debug)]
 pub struct PropagateDeadline<S> {
     pub(super) inner: S,
@@ -82,6 +82,22 @@ impl<S> PropagateDeadline<S> {
     pub fn tracing(mut self, tracing: crate::otel::Tracing) -> PropagateDeadline<S> {
         self.tracing = tracing;
         self
+    }
+
+    /// Sends no OpenTelemetry spans for this client's attempts and adds no `traceparent`,
+    /// whatever the `otel` feature and the global tracer provider say. Always available, so a
+    /// crate built on this layer can keep its own calls untraced when its user did not ask for
+    /// tracing, even where another crate in the build turns the `otel` feature on.
+    #[must_use = "this returns the service with tracing off; the original is unchanged"]
+    pub fn without_tracing(self) -> PropagateDeadline<S> {
+        #[cfg(feature = "otel")]
+        {
+            self.tracing(crate::otel::Tracing::off())
+        }
+        #[cfg(not(feature = "otel"))]
+        {
+            self
+        }
     }
 
     /// Puts each attempt's [`AttemptEnd`] in its request's extensions (see the field).
