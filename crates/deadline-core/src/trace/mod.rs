@@ -230,7 +230,10 @@ mod display;
 mod encode;
 mod hop;
 pub mod hops;
+mod limits;
 mod model;
+pub mod name;
+pub mod outcome;
 mod record;
 mod token;
 
@@ -241,139 +244,11 @@ mod props;
 #[cfg(test)]
 mod tests;
 
-use http::HeaderName;
-
 pub use hop::{HopTrace, HopWork};
+pub(crate) use limits::{MAX_DECODE_LEN, MAX_DIGITS, MAX_INDEX_DIGITS};
+pub use limits::{
+    MAX_DEPTH, MAX_ENCODED_LEN, MAX_MS, MAX_NAME_LEN, MAX_OUTCOME_LEN, MAX_SPANS, TRACE_HEADER,
+};
 pub use model::{Span, Trace};
 pub use record::{AttemptSpan, Attempts, CallSpan, EncodedTrace, Outcome, Recorded};
 pub use token::sanitize_name;
-
-/// The names of the spans the layers record, defined once here and used by every crate that
-/// writes or reads them.
-pub mod name {
-    /// Time a request waited for a worker slot at a hop.
-    pub const QUEUE: &str = "queue";
-    /// The hop's own work (its handler).
-    pub const WORK: &str = "work";
-    /// One attempt of an outbound call.
-    pub const ATTEMPT: &str = "attempt";
-    /// What an outbound call's span name starts with; the downstream's name follows
-    /// (`call:orders`). See [`call`].
-    pub const CALL_PREFIX: &str = "call:";
-    /// One database statement run for the request (the `deadline-postgres` crate).
-    pub const QUERY: &str = "query";
-    /// Time a request waited for a pooled database connection.
-    pub const POOL: &str = "pool";
-
-    /// The span name of a call to `target`: `call:<target>` as a token of at most
-    /// [`MAX_NAME_LEN`](super::MAX_NAME_LEN) bytes, as [`Span::new`](super::Span::new) would make
-    /// it.
-    ///
-    /// ```
-    /// assert_eq!(deadline_core::trace::name::call("orders"), "call:orders");
-    /// assert_eq!(deadline_core::trace::name::call("crème"), "call:cr_me");
-    /// ```
-    pub fn call(target: &str) -> String {
-        let mut name = String::with_capacity(CALL_PREFIX.len() + target.len());
-        name.push_str(CALL_PREFIX);
-        name.push_str(target);
-        super::token::into_token(name, super::MAX_NAME_LEN)
-    }
-
-    /// Whether `name` is the span of an outbound call (`call:<target>`).
-    pub fn is_call(name: &str) -> bool {
-        name.starts_with(CALL_PREFIX)
-    }
-}
-
-/// The outcomes the layers give their spans (besides status codes such as `200` or `504`),
-/// defined once here and used by every crate that writes or reads them.
-pub mod outcome {
-    /// The work finished (any status but a 5xx).
-    pub const OK: &str = "ok";
-    /// Time ran out: the work was cut at the cutoff, a queue wait gave up, or a call ran out of
-    /// its caller's deadline.
-    pub const DEADLINE: &str = "deadline";
-    /// The planner refused an attempt (or a whole call) for lack of time.
-    pub const SKIPPED: &str = "skipped";
-    /// An attempt (or a call) used its full per-attempt timeout.
-    pub const TIMEOUT: &str = "timeout";
-    /// The inner service failed, or the work answered with a 5xx other than 504.
-    pub const ERROR: &str = "error";
-    /// The call's future was dropped while the attempt was in flight.
-    pub const CANCELLED: &str = "cancelled";
-    /// The request could not be built; nothing was sent.
-    pub const INVALID: &str = "invalid";
-    /// The caller went away before the answer was ready.
-    pub const HUNG_UP: &str = "hung-up";
-    /// Refused by admission control: the request could not have finished in time.
-    pub const SHED: &str = "shed";
-    /// A retry was not sent: the retry budget shared by calls to the target refused it.
-    pub const THROTTLED: &str = "throttled";
-    /// A retry was not sent: too little time once its backoff delay is slept.
-    pub const SKIPPED_BACKOFF: &str = "skipped-backoff";
-    /// A retry was not sent: the callee's pushback asked for a longer wait than was left.
-    pub const SKIPPED_PUSHBACK: &str = "skipped-pushback";
-    /// A retry was not sent: the callee answered 504 and the retry would get much less time.
-    pub const SKIPPED_504: &str = "skipped-504";
-    /// A retry was not sent: the callee said not to retry.
-    pub const NO_RETRY: &str = "no-retry";
-    /// A hedged attempt lost the race: another attempt answered first, so it was cancelled.
-    pub const LOST: &str = "lost";
-    /// A database statement was not sent: too little time was left for it to be useful.
-    pub const NOT_SENT: &str = "not-sent";
-}
-
-/// The `Deadline-Trace` response header name.
-pub const TRACE_HEADER: HeaderName = HeaderName::from_static("deadline-trace");
-
-/// Spans kept in an encoded trace; the rest are counted in [`Trace::dropped`].
-pub const MAX_SPANS: usize = 64;
-
-/// Nesting levels kept in an encoded trace (roots are level 0, the deepest kept level is
-/// `MAX_DEPTH - 1`); deeper spans are dropped and counted.
-pub const MAX_DEPTH: usize = 16;
-
-/// Bytes of a span name after sanitising.
-pub const MAX_NAME_LEN: usize = 24;
-
-/// Bytes of a span outcome after sanitising.
-pub const MAX_OUTCOME_LEN: usize = 16;
-
-/// Times (and the dropped count) saturate at this value when encoded: the largest ten-digit
-/// number, a little over 115 days in milliseconds.
-pub const MAX_MS: u64 = 9_999_999_999;
-
-/// Digits in [`MAX_MS`], the most a number on the wire may have.
-pub(crate) const MAX_DIGITS: usize = 10;
-
-/// Digits of a budget's span index: indices run from 0 to `MAX_SPANS - 1` (63).
-pub(crate) const MAX_INDEX_DIGITS: usize = 2;
-
-/// The longest possible output of [`Trace::encode`], in bytes (5,897).
-///
-/// Computed as `MAX_SPANS` spans of at most 63 bytes each without their depth dots
-/// (`MAX_NAME_LEN` + `@` + 10 digits + `-` + 10 digits + `=` + `MAX_OUTCOME_LEN`), plus the most
-/// dots a pre-order sequence can hold (0, 1, …, `MAX_DEPTH - 1` for the first `MAX_DEPTH` spans,
-/// then `MAX_DEPTH - 1` for every other span), plus `MAX_SPANS - 1` commas, plus a budget for
-/// every span (`,^` + the index + `=` + 10 digits: 14 bytes for indices 0 to 9, 15 from 10 on),
-/// plus `,+` and a ten-digit dropped count. See the [module docs](self#bounds) for the table.
-pub const MAX_ENCODED_LEN: usize = {
-    let span = MAX_NAME_LEN + 1 + MAX_DIGITS + 1 + MAX_DIGITS + 1 + MAX_OUTCOME_LEN;
-    let one_digit = if MAX_SPANS < 10 { MAX_SPANS } else { 10 };
-    let budgets = MAX_SPANS * (2 + 1 + MAX_DIGITS) + one_digit + (MAX_SPANS - one_digit) * 2;
-    let chain = if MAX_SPANS < MAX_DEPTH {
-        MAX_SPANS
-    } else {
-        MAX_DEPTH
-    };
-    let dots = chain * (chain - 1) / 2 + (MAX_SPANS - chain) * (chain - 1);
-    let commas = MAX_SPANS - 1;
-    let dropped = 2 + MAX_DIGITS;
-    MAX_SPANS * span + dots + commas + budgets + dropped
-};
-
-/// Input beyond this many bytes is ignored by [`Trace::decode`]. A well-formed trace is at most
-/// [`MAX_ENCODED_LEN`] bytes, so anything longer is hostile or broken; reading it to the end
-/// would only cost time.
-pub(crate) const MAX_DECODE_LEN: usize = 64 * 1024;
