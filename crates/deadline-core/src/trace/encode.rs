@@ -329,7 +329,7 @@ impl<const N: usize> Sink for StackBuf<N> {
 }
 
 /// `token` as a `tchar` token of at most `max_len` bytes: itself when it already is one.
-fn token(token: &str, max_len: usize) -> Cow<'_, str> {
+pub(crate) fn token(token: &str, max_len: usize) -> Cow<'_, str> {
     if is_token(token, max_len) {
         Cow::Borrowed(token)
     } else {

@@ -8,10 +8,10 @@
 
 use http::HeaderValue;
 
-use super::encode::{Caps, Fields, Visit, walk_recorded, write_budget, write_element};
+use super::encode::{Caps, Fields, Visit, token, walk_recorded};
 use super::name::{QUEUE, WORK};
 use super::outcome::{DEADLINE, SHED};
-use super::{MAX_DEPTH, MAX_DIGITS, MAX_ENCODED_LEN, MAX_INDEX_DIGITS, MAX_NAME_LEN};
+use super::{MAX_DEPTH, MAX_DIGITS, MAX_ENCODED_LEN, MAX_INDEX_DIGITS, MAX_MS, MAX_NAME_LEN};
 use super::{MAX_OUTCOME_LEN, Recorded, Span, Trace};
 use crate::decimal::StackBuf;
 
@@ -199,31 +199,65 @@ impl HopTrace<'_> {
     }
 
     /// The hop's own spans and its budget, in the order and shape [`Trace::encode`] writes
-    /// them.
+    /// them (a test holds the two byte for byte).
+    ///
+    /// Written piece by piece rather than element by element: the hop's name and the two
+    /// outcomes that come from outside are checked as tokens once each, and everything else
+    /// (`@0-`, `,.queue@0-`, `,.work@`, `=deadline`, `,^0=`) is a constant the compiler
+    /// stores in place. The element writer would check `queue` and `work` again on every answer
+    /// and copy each piece with a call; this is every answer's cost, so it is worth the second
+    /// writer of the same shape.
     fn write_own(&self, out: &mut StackBuf<256>) {
-        write_element(out, 0, self.name, 0, self.end_ms, Some(self.status));
+        out.put(token(self.name, MAX_NAME_LEN).as_bytes());
+        out.put(b"@0-");
+        out.put_decimal(self.end_ms.min(MAX_MS));
+        out.push(b'=');
+        out.put(token(self.status, MAX_OUTCOME_LEN).as_bytes());
         match self.work {
             HopWork::None => {}
             HopWork::GaveUp { queued_ms } => {
-                write_element(out, 1, QUEUE, 0, queued_ms, Some(DEADLINE));
+                out.put(QUEUE_ELEMENT);
+                out.put_decimal(queued_ms.min(MAX_MS));
+                out.put(b"=deadline");
             }
             HopWork::Shed { queued_ms } => {
-                write_element(out, 1, QUEUE, 0, queued_ms, Some(SHED));
+                out.put(QUEUE_ELEMENT);
+                out.put_decimal(queued_ms.min(MAX_MS));
+                out.put(b"=shed");
             }
             HopWork::Worked {
                 start_ms,
                 end_ms,
                 outcome,
             } => {
-                write_element(out, 1, QUEUE, 0, start_ms, None);
-                write_element(out, 1, WORK, start_ms, end_ms, Some(outcome));
+                let start_ms = start_ms.min(MAX_MS);
+                out.put(QUEUE_ELEMENT);
+                out.put_decimal(start_ms);
+                out.put(b",.work@");
+                out.put_decimal(start_ms);
+                out.push(b'-');
+                out.put_decimal(end_ms.max(start_ms).min(MAX_MS));
+                out.push(b'=');
+                out.put(token(outcome, MAX_OUTCOME_LEN).as_bytes());
             }
         }
         if let Some(ms) = self.budget_ms {
-            write_budget(out, 0, ms);
+            out.put(b",^0=");
+            out.put_decimal(ms.min(MAX_MS));
         }
     }
 }
+
+/// The `queue` span under a hop's root up to its end: `,.` (depth 1), the name, `@0-`.
+const QUEUE_ELEMENT: &[u8] = b",.queue@0-";
+
+// The constant pieces above spell the names and outcomes the codec writes.
+const _: () = {
+    assert!(matches!(QUEUE.as_bytes(), b"queue"));
+    assert!(matches!(WORK.as_bytes(), b"work"));
+    assert!(matches!(DEADLINE.as_bytes(), b"deadline"));
+    assert!(matches!(SHED.as_bytes(), b"shed"));
+};
 
 #[cfg(test)]
 mod tests {

@@ -458,9 +458,10 @@ impl Reply {
         if self.expose {
             let trace = trace_header(&self.settings, &self.ctx, recorder.hold(), status, now);
             parts.headers.insert(deadline::TRACE_HEADER, trace);
-            parts
-                .headers
-                .extend(server_timing::header(&self.settings, recorder.hold()));
+            // Appended one by one: `extend` would first size a reservation for an iterator.
+            if let Some((name, value)) = server_timing::header(&self.settings, recorder.hold()) {
+                parts.headers.append(name, value);
+            }
         } else {
             // Nor a trace the inner service relayed from downstream.
             parts.headers.remove(deadline::TRACE_HEADER);
@@ -493,7 +494,9 @@ impl Reply {
         let timing = server_timing::header(&self.settings, recorder.hold());
         let mut response = answer::own(self.caller, status, message, recorder);
         response.headers_mut().insert(deadline::TRACE_HEADER, trace);
-        response.headers_mut().extend(timing);
+        if let Some((name, value)) = timing {
+            response.headers_mut().append(name, value);
+        }
         response
     }
 }

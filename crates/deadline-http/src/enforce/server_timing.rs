@@ -62,7 +62,7 @@ pub const STREAM_METRIC: &str = "stream";
 const MAX_LEN: usize = 4 * (7 + 4 + 20 + 1 + 3) + 3 * 2;
 
 /// This hop's `Server-Timing` from its `hold` so far, unless the layer has it turned off: for
-/// [`HeaderMap::extend`](http::HeaderMap::extend), which appends.
+/// [`HeaderMap::append`](http::HeaderMap::append), so one the inner service wrote stays.
 pub(crate) fn header(settings: &HopSettings, hold: &Hold) -> Option<(HeaderName, HeaderValue)> {
     settings.server_timing.then(|| {
         (
