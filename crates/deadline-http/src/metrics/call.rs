@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
 use super::families::Families;
+use super::histogram::SecondsHistogram;
 use super::labels::{AttemptKind, AttemptLabels, SkipLabels, SkipReason, TargetLabels, Tok};
 
 /// One service's series for calls to one target, resolved once.
@@ -14,7 +14,7 @@ use super::labels::{AttemptKind, AttemptLabels, SkipLabels, SkipReason, TargetLa
 pub(crate) struct TargetRecorder {
     attempts: [Counter; AttemptKind::ALL.len()],
     skipped: [Counter; SkipReason::ALL.len()],
-    duration: Histogram,
+    duration: SecondsHistogram,
 }
 
 impl TargetRecorder {

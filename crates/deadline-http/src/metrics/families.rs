@@ -5,9 +5,9 @@ use std::sync::atomic::AtomicU64;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use super::histogram::SecondsHistogram;
 use super::labels::{
     AttemptLabels, OutcomeLabels, PhaseLabels, QueryLabels, ServiceLabels, SkipLabels, TargetLabels,
 };
@@ -20,11 +20,7 @@ pub const BUCKETS: [f64; 18] = [
 ];
 
 pub(super) type Seconds = Counter<f64, AtomicU64>;
-pub(super) type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn histogram() -> Histogram {
-    Histogram::new(BUCKETS)
-}
+pub(super) type Histograms<L> = Family<L, SecondsHistogram, fn() -> SecondsHistogram>;
 
 /// The metric families, registered once in the application's registry; every service's series
 /// live in them.
@@ -50,7 +46,7 @@ impl Families {
     /// it).
     pub(super) fn register(registry: &mut Registry) -> Families {
         fn histograms<L: Clone + std::hash::Hash + Eq>() -> Histograms<L> {
-            Family::new_with_constructor(histogram as fn() -> Histogram)
+            Family::new_with_constructor(SecondsHistogram::default as fn() -> SecondsHistogram)
         }
         let families = Families {
             requests: Family::default(),

@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
 use super::families::{Families, Seconds};
+use super::histogram::SecondsHistogram;
 use super::labels::{Outcome, OutcomeLabels, PhaseLabels, ServiceLabels, Tok};
 use crate::hold::Hold;
 use crate::phase::Phase;
@@ -18,10 +18,10 @@ const PHASES: [Phase; 4] = [Phase::Queue, Phase::Work, Phase::Calling, Phase::St
 #[derive(Debug)]
 pub(crate) struct HopRecorder {
     requests: [Counter; Outcome::ALL.len()],
-    budget: Histogram,
-    queue_wait: Histogram,
-    work: Histogram,
-    headroom: Histogram,
+    budget: SecondsHistogram,
+    queue_wait: SecondsHistogram,
+    work: SecondsHistogram,
+    headroom: SecondsHistogram,
     exceeded: [Counter; PHASES.len()],
     after_caller_left: Seconds,
 }

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::histogram::Histogram;
 
 use super::families::Families;
+use super::histogram::SecondsHistogram;
 use super::labels::{QueryLabels, QueryOutcome, ServiceLabels, Tok};
 
 /// One service's database series, from [`ServiceMetrics::queries`](super::ServiceMetrics::queries).
@@ -20,8 +20,8 @@ pub struct QueryMetrics {
 #[derive(Debug)]
 struct Series {
     outcomes: [Counter; QueryOutcome::ALL.len()],
-    seconds: Histogram,
-    pool_wait: Histogram,
+    seconds: SecondsHistogram,
+    pool_wait: SecondsHistogram,
 }
 
 impl QueryMetrics {
