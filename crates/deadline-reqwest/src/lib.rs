@@ -89,12 +89,28 @@
 //!
 //! # Features
 //!
-//! - `metrics`: [`DeadlineMiddleware::record_metrics`], the layer's Prometheus series (turns on
-//!   `deadline-http/metrics`).
-//! - `otel`: [`DeadlineMiddleware::tracing`], one OpenTelemetry client span per attempt and a
-//!   W3C `traceparent` on it (turns on `deadline-http/otel`; the spans go to the global tracer
-//!   provider unless told otherwise). Without it the middleware makes no spans and adds no
-//!   `traceparent`, even where another crate in the build turns `deadline-http/otel` on.
+// The two methods exist only with their features: linked when built with them, named without.
+#![cfg_attr(
+    feature = "metrics",
+    doc = "- `metrics`: [`DeadlineMiddleware::record_metrics`], the layer's Prometheus series \
+           (turns on `deadline-http/metrics`)."
+)]
+#![cfg_attr(
+    not(feature = "metrics"),
+    doc = "- `metrics`: `DeadlineMiddleware::record_metrics`, the layer's Prometheus series \
+           (turns on `deadline-http/metrics`)."
+)]
+#![cfg_attr(
+    feature = "otel",
+    doc = "- `otel`: [`DeadlineMiddleware::tracing`], one OpenTelemetry client span per attempt"
+)]
+#![cfg_attr(
+    not(feature = "otel"),
+    doc = "- `otel`: `DeadlineMiddleware::tracing`, one OpenTelemetry client span per attempt"
+)]
+//!   and a W3C `traceparent` on it (turns on `deadline-http/otel`; the spans go to the global
+//!   tracer provider unless told otherwise). Without it the middleware makes no spans and adds
+//!   no `traceparent`, even where another crate in the build turns `deadline-http/otel` on.
 
 mod send;
 
@@ -155,7 +171,14 @@ impl DeadlineMiddleware {
     /// Names the downstream in the call's span (`call:<name>`), in the hop's activity, in the
     /// metrics and as the key of its retry budget (default: the URL's host and port, the port
     /// only when it is not the scheme's). Given before or after
-    /// [`record_metrics`](Self::record_metrics), the series are labelled with it.
+    #[cfg_attr(
+        feature = "metrics",
+        doc = "[`record_metrics`](Self::record_metrics), the series are labelled with it."
+    )]
+    #[cfg_attr(
+        not(feature = "metrics"),
+        doc = "`record_metrics` (feature `metrics`), the series are labelled with it."
+    )]
     #[must_use = "this returns the middleware with the target set; the original is unchanged"]
     pub fn target(self, name: impl Into<String>) -> DeadlineMiddleware {
         self.map(|layer| layer.target(name))
