@@ -12,13 +12,6 @@ use super::labels::{
     AttemptLabels, OutcomeLabels, PhaseLabels, QueryLabels, ServiceLabels, SkipLabels, TargetLabels,
 };
 
-/// The histograms' bucket bounds, in seconds: 1 ms to an hour (see the
-/// [module docs](super#buckets-and-labels)).
-pub const BUCKETS: [f64; 18] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    300.0, 900.0, 3600.0,
-];
-
 pub(super) type Seconds = Counter<f64, AtomicU64>;
 pub(super) type Histograms<L> = Family<L, SecondsHistogram, fn() -> SecondsHistogram>;
 

@@ -20,7 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 
-use super::families::BUCKETS;
+/// The histograms' bucket bounds, in seconds: 1 ms to an hour (see the
+/// [module docs](super#buckets-and-labels)).
+pub const BUCKETS: [f64; 18] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0,
+];
 
 /// A histogram over [`BUCKETS`] (plus `+Inf`), in seconds. Clones share their counts, as the
 /// series a [`Family`](prometheus_client::metrics::family::Family) hands out do.

@@ -94,7 +94,7 @@ pub use prometheus_client::registry::Registry;
 
 pub(crate) use call::{CallRecorder, TargetRecorder};
 pub use encode::{CONTENT_TYPE, encode, scrape};
-pub use families::BUCKETS;
+pub use histogram::BUCKETS;
 pub(crate) use hop::HopRecorder;
 pub use labels::{AttemptKind, Outcome, QueryOutcome, SkipReason};
 pub use query::QueryMetrics;
