@@ -138,6 +138,11 @@ impl<const N: usize> StackBuf<N> {
         self.len == 0
     }
 
+    /// How many bytes were written (those that fit, if it overflowed).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
     /// What was written, or `None` if it did not fit.
     pub fn as_bytes(&self) -> Option<&[u8]> {
         (!self.overflowed)

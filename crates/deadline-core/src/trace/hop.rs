@@ -101,10 +101,8 @@ impl HopTrace<'_> {
     /// `recorded` are written from their text, not decoded.
     pub fn to_header_value(&self, recorded: &[Recorded], dropped: u64) -> HeaderValue {
         if recorded.is_empty() && dropped == 0 {
-            // At most three spans of at most 63 bytes, two dots and two commas, and a budget of
-            // at most 15 bytes: 208 bytes.
-            let mut out = StackBuf::<256>::new();
-            self.write_own(&mut out);
+            let mut out = StackBuf::<{ HopTrace::ALONE_MAX_LEN }>::new();
+            self.write_alone(&mut out);
             if let Some(value) = out.as_bytes().and_then(|b| HeaderValue::from_bytes(b).ok()) {
                 return value;
             }
@@ -198,6 +196,40 @@ impl HopTrace<'_> {
         }
     }
 
+    /// The longest value [`write_alone`](Self::write_alone) writes (133 bytes): the root
+    /// (`name@0-END=STATUS`), the queue (`,.queue@0-END`), the work
+    /// (`,.work@START-END=OUTCOME`) and the budget (`,^0=MS`), each name and outcome at its cap
+    /// and every number at ten digits (`MAX_MS`, 9,999,999,999). A test writes it.
+    pub const ALONE_MAX_LEN: usize = (MAX_NAME_LEN + 4 + MAX_DIGITS + MAX_OUTCOME_LEN)
+        + (",.queue@0-".len() + MAX_DIGITS)
+        + (",.work@-=".len() + 2 * MAX_DIGITS + MAX_OUTCOME_LEN)
+        + (",^0=".len() + MAX_DIGITS);
+
+    /// Appends to `out` this hop's `Deadline-Trace` value when it recorded no calls and dropped
+    /// nothing: the bytes of [`to_header_value(&[], 0)`](Self::to_header_value), at most
+    /// [`ALONE_MAX_LEN`](Self::ALONE_MAX_LEN) of them. For a server that writes this and its
+    /// other header values into one buffer, to make them with one allocation between them;
+    /// `out` overflows (and [`StackBuf::as_bytes`] says `None`) rather than hold a cut value.
+    ///
+    /// ```
+    /// use deadline_core::decimal::StackBuf;
+    /// use deadline_core::trace::{HopTrace, HopWork};
+    ///
+    /// let hop = HopTrace {
+    ///     name: "inventory",
+    ///     end_ms: 41,
+    ///     status: "200",
+    ///     budget_ms: Some(950),
+    ///     work: HopWork::Worked { start_ms: 0, end_ms: 40, outcome: "ok" },
+    /// };
+    /// let mut out = StackBuf::<{ HopTrace::ALONE_MAX_LEN }>::new();
+    /// hop.write_alone(&mut out);
+    /// assert_eq!(out.as_bytes(), Some(hop.to_header_value(&[], 0).as_bytes()));
+    /// ```
+    pub fn write_alone<const N: usize>(&self, out: &mut StackBuf<N>) {
+        self.write_own(out);
+    }
+
     /// The hop's own spans and its budget, in the order and shape [`Trace::encode`] writes
     /// them (a test holds the two byte for byte).
     ///
@@ -207,7 +239,7 @@ impl HopTrace<'_> {
     /// stores in place. The element writer would check `queue` and `work` again on every answer
     /// and copy each piece with a call; this is every answer's cost, so it is worth the second
     /// writer of the same shape.
-    fn write_own(&self, out: &mut StackBuf<256>) {
+    fn write_own<const N: usize>(&self, out: &mut StackBuf<N>) {
         out.put(token(self.name, MAX_NAME_LEN).as_bytes());
         out.put(b"@0-");
         out.put_decimal(self.end_ms.min(MAX_MS));
@@ -261,7 +293,7 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{MAX_NAME_LEN, sanitize_name};
+    use super::super::{MAX_NAME_LEN, MAX_OUTCOME_LEN, sanitize_name};
     use super::*;
 
     #[test]
@@ -302,7 +334,7 @@ mod tests {
                         budget_ms,
                         work,
                     };
-                    let mut out = StackBuf::<256>::new();
+                    let mut out = StackBuf::<{ HopTrace::ALONE_MAX_LEN }>::new();
                     hop.write_own(&mut out);
                     let codec = hop.to_trace(Vec::new(), 0).encode();
                     assert_eq!(out.as_bytes(), Some(codec.as_bytes()), "{hop:?}");
@@ -310,6 +342,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_longest_hop_alone_is_exactly_the_bound() {
+        let name = "n".repeat(MAX_NAME_LEN);
+        let outcome = "o".repeat(MAX_OUTCOME_LEN);
+        let hop = HopTrace {
+            name: &name,
+            end_ms: u64::MAX,
+            status: &outcome,
+            budget_ms: Some(u64::MAX),
+            work: HopWork::Worked {
+                start_ms: u64::MAX,
+                end_ms: u64::MAX,
+                outcome: &outcome,
+            },
+        };
+        let mut out = StackBuf::<{ HopTrace::ALONE_MAX_LEN }>::new();
+        hop.write_alone(&mut out);
+        assert_eq!(out.len(), HopTrace::ALONE_MAX_LEN);
+        assert_eq!(out.as_bytes().map(<[u8]>::len), Some(out.len()));
     }
 
     #[test]

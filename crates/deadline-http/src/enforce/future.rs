@@ -32,12 +32,12 @@ use tower::util::Oneshot;
 
 use super::answer::{self, Caller};
 use super::body::EnforceBody;
-use super::hop_trace::trace_header;
+use super::hop_trace::answer_headers;
 use super::queue::{Arrival, Slot, Slots, Waiter};
 #[cfg(feature = "baseline")]
 use super::recorder::CallerWatch;
 use super::recorder::Recorder;
-use super::server_timing;
+use super::server_timing::SERVER_TIMING_HEADER;
 use super::settings::HopSettings;
 #[cfg(feature = "baseline")]
 use super::{answer::text_response, hop_trace::root_only};
@@ -456,11 +456,11 @@ impl Reply {
         recorder.delivered();
         let (mut parts, body) = response.into_parts();
         if self.expose {
-            let trace = trace_header(&self.settings, &self.ctx, recorder.hold(), status, now);
-            parts.headers.insert(deadline::TRACE_HEADER, trace);
-            // Appended one by one: `extend` would first size a reservation for an iterator.
-            if let Some((name, value)) = server_timing::header(&self.settings, recorder.hold()) {
-                parts.headers.append(name, value);
+            let headers = answer_headers(&self.settings, &self.ctx, recorder.hold(), status, now);
+            parts.headers.insert(deadline::TRACE_HEADER, headers.trace);
+            // Appended, so a `Server-Timing` the inner service wrote stays.
+            if let Some(timing) = headers.timing {
+                parts.headers.append(SERVER_TIMING_HEADER, timing);
             }
         } else {
             // Nor a trace the inner service relayed from downstream.
@@ -484,18 +484,19 @@ impl Reply {
         if !self.expose {
             return answer::own(self.caller, status, message, recorder);
         }
-        let trace = trace_header(
+        let headers = answer_headers(
             &self.settings,
             &self.ctx,
             recorder.hold(),
             status,
             Instant::now(),
         );
-        let timing = server_timing::header(&self.settings, recorder.hold());
         let mut response = answer::own(self.caller, status, message, recorder);
-        response.headers_mut().insert(deadline::TRACE_HEADER, trace);
-        if let Some((name, value)) = timing {
-            response.headers_mut().append(name, value);
+        response
+            .headers_mut()
+            .insert(deadline::TRACE_HEADER, headers.trace);
+        if let Some(timing) = headers.timing {
+            response.headers_mut().append(SERVER_TIMING_HEADER, timing);
         }
         response
     }

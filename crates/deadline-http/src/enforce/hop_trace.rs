@@ -1,24 +1,40 @@
-//! This hop's `Deadline-Trace`, from its hold and the spans its calls recorded.
+//! This hop's `Deadline-Trace`, from its hold and the spans its calls recorded, and the
+//! `Server-Timing` beside it.
 
+use bytes::Bytes;
+use deadline::decimal::StackBuf;
 use deadline::trace::{HopTrace, HopWork};
 use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
 
+use super::server_timing;
 use super::settings::HopSettings;
 use crate::context::DeadlineContext;
 use crate::hold::{Hold, HoldOutcome};
 
-/// A root span named after the hop from arrival to `end`, with the answer's status as its
-/// outcome and the budget the hop read on arrival (the hold's, after clamping; none without a
-/// deadline); under it the time queued, the work, and the spans the handler's outbound calls
-/// recorded. Encoded by the core's [`HopTrace`].
-pub(crate) fn trace_header(
+/// What the layer adds to an answer: this hop's `Deadline-Trace` and, unless the layer has it
+/// turned off, its `Server-Timing`.
+pub(crate) struct AnswerHeaders {
+    pub(crate) trace: HeaderValue,
+    pub(crate) timing: Option<HeaderValue>,
+}
+
+/// The headers of an answer given with `status` at `end`: the trace is a root span named after
+/// the hop from arrival to `end`, with the answer's status as its outcome and the budget the
+/// hop read on arrival (the hold's, after clamping; none without a deadline); under it the time
+/// queued, the work, and the spans the handler's outbound calls recorded. Encoded by the core's
+/// [`HopTrace`]; `Server-Timing` by [`server_timing`].
+///
+/// A hop whose handler made no calls (most answers) writes both values into one buffer on the
+/// stack and moves it to the heap once: the two `HeaderValue`s share that allocation, where
+/// copying each would take one apiece. With calls, the trace goes through the codec.
+pub(crate) fn answer_headers(
     settings: &HopSettings,
     ctx: &DeadlineContext,
     hold: &Hold,
     status: StatusCode,
     end: Instant,
-) -> HeaderValue {
+) -> AnswerHeaders {
     let ms = |at: Instant| ctx.ms_since_arrival(at);
     let work = if hold.outcome == HoldOutcome::Rejected {
         HopWork::None
@@ -45,7 +61,47 @@ pub(crate) fn trace_header(
         work,
     };
     let (recorded, dropped) = ctx.take_recorded();
-    hop.to_header_value(&recorded, dropped)
+    if recorded.is_empty() && dropped == 0 {
+        if let Some(headers) = in_one_buffer(settings, &hop, hold) {
+            return headers;
+        }
+    }
+    AnswerHeaders {
+        trace: hop.to_header_value(&recorded, dropped),
+        timing: server_timing::header(settings, hold).map(|(_, value)| value),
+    }
+}
+
+/// Both values written into one buffer, which [`Bytes::from_owner`] moves to the heap in one
+/// allocation; each `HeaderValue` is a slice of it (a reference count, no copy), validated as
+/// [`HeaderValue::from_bytes`] would. `None` only if a value did not fit or was refused, which
+/// the bounds rule out; the caller then makes them one by one.
+fn in_one_buffer(settings: &HopSettings, hop: &HopTrace<'_>, hold: &Hold) -> Option<AnswerHeaders> {
+    let mut out = StackBuf::<{ HopTrace::ALONE_MAX_LEN + server_timing::MAX_LEN }>::new();
+    hop.write_alone(&mut out);
+    let trace_len = out.len();
+    if settings.server_timing {
+        server_timing::write_into(&mut out, hold.queued, hold.worked, None, hold.budget_ms);
+    }
+    let len = out.as_bytes()?.len();
+    let bytes = Bytes::from_owner(Written(out));
+    let trace = HeaderValue::from_maybe_shared(bytes.slice(..trace_len)).ok()?;
+    let timing = if settings.server_timing {
+        Some(HeaderValue::from_maybe_shared(bytes.slice(trace_len..len)).ok()?)
+    } else {
+        None
+    };
+    Some(AnswerHeaders { trace, timing })
+}
+
+/// A written buffer as the owner of a [`Bytes`]: what fitted (all of it, once `as_bytes` has
+/// said so).
+struct Written<const N: usize>(StackBuf<N>);
+
+impl<const N: usize> AsRef<[u8]> for Written<N> {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes().unwrap_or_default()
+    }
 }
 
 /// The trace of an answer the hop gave without any work of its own (a server shutting down):

@@ -30,8 +30,9 @@
 //! # Cost
 //!
 //! The value is written into a buffer on the stack with the project's own digit writer (no
-//! `fmt`), then copied once into the [`HeaderValue`]: one small allocation per answer, for the
-//! value itself. [`EnforceDeadlineLayer::server_timing(false)`](super::EnforceDeadlineLayer::server_timing)
+//! `fmt`). On an answer whose handler made no calls it shares that buffer with the hop's
+//! `Deadline-Trace`, and both header values are slices of one allocation; otherwise it is
+//! copied once into its own [`HeaderValue`]. [`EnforceDeadlineLayer::server_timing(false)`](super::EnforceDeadlineLayer::server_timing)
 //! turns it off for services that do not want their timings shown to callers.
 
 use std::time::Duration;
@@ -59,7 +60,7 @@ pub const STREAM_METRIC: &str = "stream";
 
 /// The longest value: four metrics of at most `budget;dur=` + 20 digits + `.` + 3 digits, three
 /// `, ` separators.
-const MAX_LEN: usize = 4 * (7 + 4 + 20 + 1 + 3) + 3 * 2;
+pub(crate) const MAX_LEN: usize = 4 * (7 + 4 + 20 + 1 + 3) + 3 * 2;
 
 /// This hop's `Server-Timing` from its `hold` so far, unless the layer has it turned off: for
 /// [`HeaderMap::append`](http::HeaderMap::append), so one the inner service wrote stays.
@@ -103,18 +104,7 @@ fn write(
     budget_ms: Option<u64>,
 ) -> HeaderValue {
     let mut out = StackBuf::<MAX_LEN>::new();
-    out.put(b"queue;dur=");
-    millis(&mut out, queue);
-    out.put(b", work;dur=");
-    millis(&mut out, work);
-    if let Some(stream) = stream {
-        out.put(b", stream;dur=");
-        millis(&mut out, stream);
-    }
-    if let Some(budget) = budget_ms {
-        out.put(b", budget;dur=");
-        out.put_decimal(budget);
-    }
+    write_into(&mut out, queue, work, stream, budget_ms);
     // Only tokens, digits, `;=,. ` are written, all visible ASCII or space, and the bound above
     // is exact, so this cannot fail; an empty value is a harmless fallback rather than a panic
     // in a response path.
@@ -123,9 +113,32 @@ fn write(
         .unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
+/// Appends the value of [`value`] (with `stream` when given) to `out`: at most [`MAX_LEN`]
+/// bytes. For a caller that writes this hop's other header values into the same buffer.
+pub(crate) fn write_into<const N: usize>(
+    out: &mut StackBuf<N>,
+    queue: Duration,
+    work: Duration,
+    stream: Option<Duration>,
+    budget_ms: Option<u64>,
+) {
+    out.put(b"queue;dur=");
+    millis(out, queue);
+    out.put(b", work;dur=");
+    millis(out, work);
+    if let Some(stream) = stream {
+        out.put(b", stream;dur=");
+        millis(out, stream);
+    }
+    if let Some(budget) = budget_ms {
+        out.put(b", budget;dur=");
+        out.put_decimal(budget);
+    }
+}
+
 /// `d` in milliseconds with three decimals (microseconds), written byte by byte after the
 /// whole part: one store each rather than a copy of a slice.
-fn millis(out: &mut StackBuf<MAX_LEN>, d: Duration) {
+fn millis<const N: usize>(out: &mut StackBuf<N>, d: Duration) {
     let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     out.put_decimal(micros / 1_000);
     let frac = micros % 1_000;
