@@ -6,13 +6,15 @@
 # bound holds on a shared CI machine where a throughput figure would not.
 #
 # Fails when
-#   enforce        > peer + ENFORCE_OVER_PEER_MAX instructions   (default 6500)
+#   enforce        > peer + ENFORCE_OVER_PEER_MAX instructions   (default 6000)
 #   chain-deadline > chain-peer x CHAIN_RATIO_MAX                (default 1.03, the goal)
 #
 # The chain's bound is the project's goal (the chain with deadlines costs no more than the peer
-# chain, within 3 %: it measured 0.998). The enforce bound is the measured figure (peer + 5,590
-# to 5,668) plus a margin for the timer noise in the peer's own count (13,360 to 14,243 across
-# runs of the same build; see docs/performance.md). The goal is peer + 1,500, not met yet:
+# chain, within 3 %: it measured 0.998). The enforce bound is the measured figure (18,831
+# instructions, peer + 5,480 in one run; peer + 5,540 against the lowest peer count seen,
+# 13,291) plus a margin for the timer noise in the peer's own count (13,291 to 14,641 across
+# runs of the same build; see docs/performance.md). It was 6,500 until the answer headers and
+# the trace writer were made cheaper. The goal is peer + 1,500, not met:
 # ENFORCE_OVER_PEER_MAX=1500 checks against it.
 #
 # Usage: scripts/callgrind-check.sh [REQUESTS] [WARMUP]     (defaults: 300 100)
@@ -21,7 +23,7 @@ cd "$(dirname "$0")/.."
 
 REQUESTS="${1:-300}"
 WARMUP="${2:-100}"
-ENFORCE_OVER_PEER_MAX="${ENFORCE_OVER_PEER_MAX:-6500}"
+ENFORCE_OVER_PEER_MAX="${ENFORCE_OVER_PEER_MAX:-6000}"
 CHAIN_RATIO_MAX="${CHAIN_RATIO_MAX:-1.03}"
 
 TABLE="$(mktemp)"
