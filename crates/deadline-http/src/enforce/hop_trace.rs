@@ -117,3 +117,102 @@ pub(crate) fn root_only(settings: &HopSettings, end_ms: u64, status: StatusCode)
     }
     .to_header_value(&[], 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use deadline::trace::Span;
+    use http::Method;
+
+    use super::*;
+    use crate::EnforceDeadlineLayer;
+
+    fn hold(arrival: Instant, budget_ms: Option<u64>) -> Hold {
+        Hold {
+            service: Arc::from("inventory"),
+            request_id: None,
+            method: Method::GET,
+            path: String::new(),
+            budget_ms,
+            arrival,
+            work_start: Some(arrival + Duration::from_millis(3)),
+            work_end: Some(arrival + Duration::from_millis(41)),
+            queued: Duration::from_micros(3_250),
+            worked: Duration::from_micros(38_004),
+            streamed: Duration::ZERO,
+            outcome: HoldOutcome::Ok,
+            status: None,
+            reply_written: false,
+            exceeded: None,
+            caller_left: None,
+        }
+    }
+
+    /// The two values made in one buffer are byte for byte what the hop's trace and
+    /// `Server-Timing` are when made one by one: with `Server-Timing` on and off, with and
+    /// without a budget, and with calls recorded (the codec's path).
+    #[test]
+    fn one_buffer_gives_the_values_made_one_by_one() {
+        let arrival = Instant::now();
+        let end = arrival + Duration::from_millis(42);
+        for server_timing in [true, false] {
+            let layer = EnforceDeadlineLayer::new("inventory").server_timing(server_timing);
+            let settings = &layer.settings;
+            for budget_ms in [Some(950), Some(0), None] {
+                for call in [false, true] {
+                    let hold = hold(arrival, budget_ms);
+                    let ctx = DeadlineContext::new(None, Duration::from_millis(10), arrival);
+                    if call {
+                        ctx.record(Span::new("call:stock", 4, 40).with_outcome("200"));
+                    }
+                    let status = StatusCode::OK;
+                    let headers = answer_headers(settings, &ctx, &hold, status, end);
+                    let hop = HopTrace {
+                        name: "inventory",
+                        end_ms: 42,
+                        status: "200",
+                        budget_ms,
+                        work: HopWork::Worked {
+                            start_ms: 3,
+                            end_ms: 41,
+                            outcome: "ok",
+                        },
+                    };
+                    let recorded = if call {
+                        vec![deadline::trace::Recorded::Span(
+                            Span::new("call:stock", 4, 40).with_outcome("200"),
+                        )]
+                    } else {
+                        Vec::new()
+                    };
+                    let case =
+                        format!("server_timing {server_timing}, budget {budget_ms:?}, call {call}");
+                    assert_eq!(headers.trace, hop.to_header_value(&recorded, 0), "{case}");
+                    let timing = server_timing
+                        .then(|| server_timing::value(hold.queued, hold.worked, budget_ms));
+                    assert_eq!(headers.timing, timing, "{case}");
+                }
+            }
+        }
+        // What the values are, so a change in both paths at once is seen too.
+        let layer = EnforceDeadlineLayer::new("inventory");
+        let ctx = DeadlineContext::new(None, Duration::from_millis(10), arrival);
+        let headers = answer_headers(
+            &layer.settings,
+            &ctx,
+            &hold(arrival, Some(950)),
+            StatusCode::OK,
+            end,
+        );
+        assert_eq!(
+            headers.trace,
+            "inventory@0-42=200,.queue@0-3,.work@3-41=ok,^0=950"
+        );
+        assert_eq!(
+            headers.timing.as_ref().map(HeaderValue::as_bytes),
+            Some(&b"queue;dur=3.250, work;dur=38.004, budget;dur=950"[..])
+        );
+    }
+}

@@ -106,7 +106,7 @@ fn write(
     let mut out = StackBuf::<MAX_LEN>::new();
     write_into(&mut out, queue, work, stream, budget_ms);
     // Only tokens, digits, `;=,. ` are written, all visible ASCII or space, and the bound above
-    // is exact, so this cannot fail; an empty value is a harmless fallback rather than a panic
+    // is an upper bound, so this cannot fail; an empty value is a harmless fallback rather than a panic
     // in a response path.
     out.as_bytes()
         .and_then(|bytes| HeaderValue::from_bytes(bytes).ok())

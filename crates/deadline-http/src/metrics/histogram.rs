@@ -119,7 +119,20 @@ mod tests {
     #[test]
     fn encodes_as_the_clients_own_histogram() {
         let observations = [
-            0.0, 0.0004, 0.001, 0.0011, 0.004, 0.3, 2.5, 7.0, 59.0, 3600.0, 5000.0, 0.02,
+            0.0,
+            0.0004,
+            0.001,
+            0.0011,
+            0.004,
+            0.3,
+            2.5,
+            7.0,
+            59.0,
+            3600.0,
+            5000.0,
+            0.02,
+            -1.0,
+            f64::INFINITY,
         ];
         let ours = SecondsHistogram::default();
         let theirs = Histogram::new(BUCKETS);
@@ -130,15 +143,30 @@ mod tests {
         let ours = text(|r| r.register("wait_seconds", "A wait", ours.clone()));
         let theirs = text(|r| r.register("wait_seconds", "A wait", theirs.clone()));
         assert_eq!(ours, theirs);
-        assert!(ours.contains("wait_seconds_count 12\n"), "{ours}");
+        assert!(ours.contains("wait_seconds_count 14\n"), "{ours}");
         assert!(
-            ours.contains("wait_seconds_bucket{le=\"0.001\"} 3\n"),
+            ours.contains("wait_seconds_bucket{le=\"0.001\"} 4\n"),
             "{ours}"
         );
         assert!(
-            ours.contains("wait_seconds_bucket{le=\"+Inf\"} 12\n"),
+            ours.contains("wait_seconds_bucket{le=\"+Inf\"} 14\n"),
             "{ours}"
         );
+    }
+
+    /// NaN is counted in the `+Inf` bucket and makes the sum NaN, as in the client's own.
+    #[test]
+    fn nan_is_counted_as_the_client_counts_it() {
+        let ours = SecondsHistogram::default();
+        let theirs = Histogram::new(BUCKETS);
+        for seconds in [0.002, f64::NAN] {
+            ours.observe(seconds);
+            theirs.observe(seconds);
+        }
+        let ours = text(|r| r.register("wait_seconds", "A wait", ours.clone()));
+        let theirs = text(|r| r.register("wait_seconds", "A wait", theirs.clone()));
+        assert_eq!(ours, theirs);
+        assert!(ours.contains("wait_seconds_count 2\n"), "{ours}");
     }
 
     /// Observations from several threads at once are all counted and all summed.
