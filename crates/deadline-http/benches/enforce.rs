@@ -21,7 +21,7 @@ use std::future::{Ready, ready};
 use bytes::Bytes;
 use deadline::BUDGET_HEADER;
 use deadline_http::EnforceDeadlineLayer;
-use deadline_http::enforce::QueueOrder;
+use deadline_http::enforce::{QueueOrder, TraceExposure};
 use divan::{AllocProfiler, Bencher};
 use http::header::{CONTENT_TYPE, HOST};
 use http::{HeaderValue, Request, Response, Uri};
@@ -125,6 +125,26 @@ fn with_header_no_server_timing(bencher: Bencher<'_, '_>) {
         .server_timing(false)
         .layer(handler());
     run(bencher, service, Some("1950"));
+}
+
+/// As `with_header`, the answer headers shown to nobody (`TraceExposure::Off`: no
+/// `Deadline-Trace`, no `Server-Timing`): what a service that uses neither pays.
+#[divan::bench]
+fn with_header_quiet(bencher: Bencher<'_, '_>) {
+    let service = EnforceDeadlineLayer::new("inventory")
+        .trace_exposure(TraceExposure::Off)
+        .layer(handler());
+    run(bencher, service, Some("1950"));
+}
+
+/// As `no_header`, the answer headers shown only to callers that sent a budget
+/// (`TraceExposure::Budgeted`), so this request gets none.
+#[divan::bench]
+fn no_header_budgeted_exposure(bencher: Bencher<'_, '_>) {
+    let service = EnforceDeadlineLayer::new("inventory")
+        .trace_exposure(TraceExposure::Budgeted)
+        .layer(handler());
+    run(bencher, service, None);
 }
 
 /// As `with_header`, with worker slots (always one free here).

@@ -21,7 +21,7 @@ pub(crate) struct BenchArgs {
     /// Milliseconds of warm-up before each measured window (requests sent, not counted).
     #[arg(long, default_value_t = 300)]
     pub(crate) warmup_ms: u64,
-    /// The variants to run, comma-separated (default: all six).
+    /// The variants to run, comma-separated (default: all eight).
     #[arg(long, value_delimiter = ',')]
     pub(crate) variants: Option<Vec<Variant>>,
     /// The budget every request carries, in ms.
@@ -106,6 +106,9 @@ pub(crate) enum Variant {
     Enforce,
     /// The same, recording Prometheus metrics.
     EnforceMetrics,
+    /// The enforce layer with its answer headers (`Deadline-Trace`, `Server-Timing`) shown to
+    /// nobody: what a service that does not use them pays.
+    EnforceQuiet,
     /// The handler behind what a Rust service uses today instead: tower-http's timeout over
     /// tower's concurrency limit.
     Peer,
@@ -118,10 +121,11 @@ pub(crate) enum Variant {
 }
 
 impl Variant {
-    pub(crate) const ALL: [Variant; 7] = [
+    pub(crate) const ALL: [Variant; 8] = [
         Variant::Bare,
         Variant::Enforce,
         Variant::EnforceMetrics,
+        Variant::EnforceQuiet,
         Variant::Peer,
         Variant::ChainBare,
         Variant::ChainDeadline,
@@ -133,6 +137,7 @@ impl Variant {
             Variant::Bare => "bare",
             Variant::Enforce => "enforce",
             Variant::EnforceMetrics => "enforce-metrics",
+            Variant::EnforceQuiet => "enforce-quiet",
             Variant::ChainBare => "chain-bare",
             Variant::Peer => "peer",
             Variant::ChainDeadline => "chain-deadline",
@@ -146,6 +151,7 @@ impl Variant {
         match self {
             Variant::Enforce => &[Variant::Bare, Variant::Peer],
             Variant::EnforceMetrics => &[Variant::Enforce, Variant::Bare],
+            Variant::EnforceQuiet => &[Variant::Enforce, Variant::Peer],
             Variant::Peer => &[Variant::Bare],
             Variant::ChainDeadline => &[Variant::ChainBare, Variant::ChainPeer],
             Variant::ChainPeer => &[Variant::ChainBare],

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow};
 use bytes::Bytes;
 use deadline::CallPolicy;
+use deadline_http::enforce::TraceExposure;
 use deadline_http::otel::Tracing;
 use deadline_http::{DeadlineClient, EnforceDeadlineLayer};
 use http::{Request, Response, StatusCode, Uri};
@@ -241,6 +242,13 @@ pub(crate) async fn serve_variant(
             let service = EnforceDeadlineLayer::new("bench")
                 .tracing(tracing)
                 .record_metrics(&metrics.service("bench"))
+                .layer(service_fn(ok));
+            deadline_http::serve(listener, service, until(stop)).await?;
+        }
+        Variant::EnforceQuiet => {
+            let service = EnforceDeadlineLayer::new("bench")
+                .tracing(tracing)
+                .trace_exposure(TraceExposure::Off)
                 .layer(service_fn(ok));
             deadline_http::serve(listener, service, until(stop)).await?;
         }
