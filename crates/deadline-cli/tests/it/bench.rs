@@ -1,6 +1,8 @@
 //! A very short `deadline bench`: every variant answers, and the report has its shape; and the
 //! fixed client of the instruction count against a served variant.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,6 +42,7 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
             "bare",
             "enforce",
             "enforce-metrics",
+            "enforce-quiet",
             "peer",
             "chain-bare",
             "chain-deadline",
@@ -74,6 +77,8 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
             ("enforce", "peer"),
             ("enforce-metrics", "enforce"),
             ("enforce-metrics", "bare"),
+            ("enforce-quiet", "enforce"),
+            ("enforce-quiet", "peer"),
             ("peer", "bare"),
             ("chain-deadline", "chain-bare"),
             ("chain-deadline", "chain-peer"),
@@ -155,4 +160,42 @@ fn the_fixed_client_fails_without_a_server() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("connecting to 127.0.0.1:9"));
+}
+
+/// The head of the answer a `--serve VARIANT` server gives one request carrying a budget,
+/// read off a raw socket, lowercased.
+fn served_head(variant: &str) -> String {
+    let mut served = Served(
+        bin()
+            .args(["bench", "--serve", variant])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the binary starts"),
+    );
+    let (_, addr) = ready_addr(&mut served.0);
+    let mut socket = TcpStream::connect(&addr).expect("connects");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    socket
+        .write_all(
+            b"GET / HTTP/1.1\r\nhost: bench\r\ndeadline-budget-ms: 1950\r\nconnection: close\r\n\r\n",
+        )
+        .unwrap();
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).expect("an answer");
+    let head = answer.split("\r\n\r\n").next().unwrap_or_default();
+    assert!(head.starts_with("HTTP/1.1 200"), "{variant}: {answer:?}");
+    head.to_ascii_lowercase()
+}
+
+#[test]
+fn enforce_quiet_answers_without_the_headers_enforce_sends() {
+    let loud = served_head("enforce");
+    assert!(loud.contains("\r\ndeadline-trace: bench@"), "{loud}");
+    assert!(loud.contains("\r\nserver-timing: queue;dur="), "{loud}");
+    let quiet = served_head("enforce-quiet");
+    assert!(!quiet.contains("deadline-trace"), "{quiet}");
+    assert!(!quiet.contains("server-timing"), "{quiet}");
 }
