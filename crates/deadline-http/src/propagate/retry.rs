@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use deadline::plan::backoff::{Backoff, Delayed, PacedDecision};
@@ -100,6 +100,10 @@ pub(super) struct Retries {
     draws: Draws,
     /// One budget per target, made at its first call.
     budgets: Mutex<HashMap<Arc<str>, Arc<Mutex<RetryBudget>>>>,
+    /// The budget of the first configured target that called (its name, the very `Arc` the
+    /// layer holds, and the budget the map gave it), so the calls of a client with a
+    /// configured target reach their budget with neither the map's lock nor a hash.
+    configured: OnceLock<(Arc<str>, TargetBudget)>,
     /// Latencies of hedged calls, for a percentile hedge delay.
     latencies: Mutex<Latencies>,
 }
@@ -110,6 +114,7 @@ impl Retries {
             settings,
             draws: Draws::seeded(),
             budgets: Mutex::new(HashMap::new()),
+            configured: OnceLock::new(),
             latencies: Mutex::new(Latencies::new()),
         })
     }
@@ -218,10 +223,40 @@ impl Retries {
     /// The retry budget of the calls to `target` under `policy`, made at its first call (the
     /// key is copied only then, so a call to a known target allocates nothing): none without a
     /// budget, or with propagation off (the baseline draws from no budget).
-    pub(super) fn budget(&self, target: &str, policy: &CallPolicy, now: Instant) -> TargetBudget {
+    ///
+    /// `configured` is the layer's own target name when it has one (then `target` is that
+    /// name). The first configured name to call is resolved once and kept beside the map;
+    /// its later calls are matched by the `Arc`'s address (which cannot be reused while it is
+    /// kept) and get the same budget the map holds, without its lock or a hash. Any other name,
+    /// and a URI's authority, is looked up in the map: the result is the same either way.
+    pub(super) fn budget(
+        &self,
+        target: &str,
+        configured: Option<&Arc<str>>,
+        policy: &CallPolicy,
+        now: Instant,
+    ) -> TargetBudget {
         let Some(config) = self.settings.budget.filter(|_| policy.propagate()) else {
             return TargetBudget(None);
         };
+        let Some(name) = configured else {
+            return self.look_up(target, config, now);
+        };
+        if let Some((kept, budget)) = self.configured.get() {
+            if Arc::ptr_eq(kept, name) {
+                return budget.clone();
+            }
+            return self.look_up(name, config, now);
+        }
+        let budget = self.look_up(name, config, now);
+        // Another call may have kept its name first; this one's budget is still the map's.
+        let _ = self.configured.set((Arc::clone(name), budget.clone()));
+        budget
+    }
+
+    /// The budget of `target` in the map, made with `config` at `now` if it has none yet (past
+    /// [`MAX_BUDGETS`] targets, the one shared by the rest).
+    fn look_up(&self, target: &str, config: RetryBudgetConfig, now: Instant) -> TargetBudget {
         // A poisoned lock only means another call panicked mid-update of plain counters.
         let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(budget) = budgets.get(target) {
@@ -242,7 +277,7 @@ impl Retries {
 
 /// One target's retry budget, looked up once per call ([`Retries::budget`]): the call's
 /// deposit, withdrawals and refunds then lock only this budget, and hash no name.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct TargetBudget(Option<Arc<Mutex<RetryBudget>>>);
 
 impl TargetBudget {
@@ -387,6 +422,76 @@ mod tests {
         for count in buckets {
             assert!((9_000..11_000).contains(&count), "{buckets:?}");
         }
+    }
+
+    fn same(a: &TargetBudget, b: &TargetBudget) -> bool {
+        match (&a.0, &b.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// A configured target's budget is the map's, whichever way it is reached, and each name
+    /// has its own; the baseline and an unbudgeted client draw from none.
+    #[tokio::test(start_paused = true)]
+    async fn a_configured_target_reaches_the_same_budget_as_its_name() {
+        let policy = CallPolicy::new(std::time::Duration::from_secs(1), 3).unwrap();
+        let retries = Retries::new(RetrySettings::default());
+        let now = Instant::now();
+        let inventory: Arc<str> = Arc::from("inventory");
+        let kept = retries.budget("inventory", Some(&inventory), &policy, now);
+        let again = retries.budget("inventory", Some(&inventory), &policy, now);
+        let by_name = retries.budget("inventory", None, &policy, now);
+        let other_arc: Arc<str> = Arc::from("inventory");
+        let by_other_arc = retries.budget("inventory", Some(&other_arc), &policy, now);
+        assert!(same(&kept, &again) && same(&kept, &by_name) && same(&kept, &by_other_arc));
+        let orders: Arc<str> = Arc::from("orders");
+        let orders_budget = retries.budget("orders", Some(&orders), &policy, now);
+        assert!(orders_budget.0.is_some() && !same(&kept, &orders_budget));
+
+        let baseline = policy.with_propagate(false);
+        assert!(
+            retries
+                .budget("inventory", Some(&inventory), &baseline, now)
+                .0
+                .is_none()
+        );
+        let unbudgeted = Retries::new(RetrySettings::default().with_budget(None));
+        assert!(
+            unbudgeted
+                .budget("inventory", Some(&inventory), &policy, now)
+                .0
+                .is_none()
+        );
+    }
+
+    /// Once kept, a configured target's budget is reached without the map's lock: a call made
+    /// while another holds that lock does not wait for it.
+    #[test]
+    fn a_kept_target_does_not_take_the_maps_lock() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let policy = CallPolicy::new(std::time::Duration::from_secs(1), 3).unwrap();
+        let retries = Retries::new(RetrySettings::default());
+        let inventory: Arc<str> = Arc::from("inventory");
+        let now = Instant::now();
+        let kept = retries.budget("inventory", Some(&inventory), &policy, now);
+
+        let held = retries.budgets.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let caller = Arc::clone(&retries);
+        std::thread::spawn(move || {
+            let _ = tx.send(caller.budget("inventory", Some(&inventory), &policy, now));
+        });
+        let reached = rx.recv_timeout(std::time::Duration::from_secs(10));
+        drop(held);
+        assert!(same(
+            &kept,
+            &reached.expect("reached while the map was locked")
+        ));
     }
 
     /// A call woken late from its backoff sends what is true when it wakes, or nothing.
