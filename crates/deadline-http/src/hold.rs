@@ -200,9 +200,17 @@ impl HoldMetrics {
         }
     }
 
-    pub(crate) fn record(&self, hold: &Hold) {
+    /// Counts a hold that ended with `outcome`, its work `started` or not, its reply written
+    /// or not, and the slot held for `worked`.
+    pub(crate) fn count(
+        &self,
+        outcome: HoldOutcome,
+        started: bool,
+        reply_written: bool,
+        worked: Duration,
+    ) {
         let c = &*self.counters;
-        let counter = match hold.outcome {
+        let counter = match outcome {
             HoldOutcome::Ok => &c.ok,
             HoldOutcome::Deadline => &c.deadline,
             HoldOutcome::HungUp => &c.hung_up,
@@ -211,13 +219,13 @@ impl HoldMetrics {
             HoldOutcome::Shed => &c.shed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        if hold.outcome == HoldOutcome::Deadline && hold.work_start.is_none() {
+        if outcome == HoldOutcome::Deadline && !started {
             c.queue_give_ups.fetch_add(1, Ordering::Relaxed);
         }
-        if !hold.reply_written {
+        if !reply_written {
             c.replies_unwritten.fetch_add(1, Ordering::Relaxed);
         }
-        let us = u64::try_from(hold.worked.as_micros()).unwrap_or(u64::MAX);
+        let us = u64::try_from(worked.as_micros()).unwrap_or(u64::MAX);
         c.worker_time_us.fetch_add(us, Ordering::Relaxed);
     }
 }

@@ -34,6 +34,11 @@ mod on {
                 hop.record(hold);
             }
         }
+
+        /// Whether it records anything (so a hold is worth making for it).
+        pub(crate) fn is_on(&self) -> bool {
+            self.0.is_some()
+        }
     }
 
     /// An outbound client's series: its service's, and its configured target's once both are
@@ -127,6 +132,12 @@ mod off {
     impl HopHook {
         #[inline]
         pub(crate) fn record(&self, _hold: &Hold) {}
+
+        /// Never: nothing is recorded without the feature.
+        #[inline]
+        pub(crate) fn is_on(&self) -> bool {
+            false
+        }
     }
 
     /// Nothing to record without the `metrics` feature. (Not `Copy`, as the real one is not,

@@ -307,6 +307,11 @@ impl ServerSpan {
         self.span.as_ref().map_or(&NO_SPAN, |s| s.span_context())
     }
 
+    /// Whether there is a span to end (so a hold is worth making for it).
+    pub(crate) fn is_on(&self) -> bool {
+        self.span.is_some()
+    }
+
     /// Ends the span with what `hold` says, now (the clock is read only for a recording span).
     pub(crate) fn end(&mut self, hold: &Hold) {
         let Some(span) = &mut self.span else {

@@ -7,10 +7,11 @@ use deadline::trace::{HopTrace, HopWork};
 use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
 
+use super::recorder::HoldTimes;
 use super::server_timing;
 use super::settings::HopSettings;
 use crate::context::DeadlineContext;
-use crate::hold::{Hold, HoldOutcome};
+use crate::hold::HoldOutcome;
 
 /// What the layer adds to an answer: this hop's `Deadline-Trace` and, unless the layer has it
 /// turned off, its `Server-Timing`.
@@ -31,31 +32,28 @@ pub(crate) struct AnswerHeaders {
 pub(crate) fn answer_headers(
     settings: &HopSettings,
     ctx: &DeadlineContext,
-    hold: &Hold,
+    hold: &HoldTimes,
     status: StatusCode,
     end: Instant,
 ) -> AnswerHeaders {
-    let ms = |at: Instant| ctx.ms_since_arrival(at);
+    let end_ms = ctx.ms_since_arrival(end);
+    let queued_ms = u64::try_from(hold.queued.as_millis()).unwrap_or(u64::MAX);
     let work = if hold.outcome == HoldOutcome::Rejected {
         HopWork::None
     } else {
-        match hold.work_start {
-            Some(start) => HopWork::Worked {
-                start_ms: ms(start),
-                end_ms: ms(hold.work_end.unwrap_or(end)),
+        match hold.work_start_ms {
+            Some(start_ms) => HopWork::Worked {
+                start_ms,
+                end_ms: hold.work_end_ms.unwrap_or(end_ms),
                 outcome: hold.outcome.as_str(),
             },
-            None if hold.outcome == HoldOutcome::Shed => HopWork::Shed {
-                queued_ms: ms(hold.arrival + hold.queued),
-            },
-            None => HopWork::GaveUp {
-                queued_ms: ms(hold.arrival + hold.queued),
-            },
+            None if hold.outcome == HoldOutcome::Shed => HopWork::Shed { queued_ms },
+            None => HopWork::GaveUp { queued_ms },
         }
     };
     let hop = HopTrace {
         name: &settings.trace_name,
-        end_ms: ms(end),
+        end_ms,
         status: status.as_str(),
         budget_ms: hold.budget_ms,
         work,
@@ -68,7 +66,9 @@ pub(crate) fn answer_headers(
     }
     AnswerHeaders {
         trace: hop.to_header_value(&recorded, dropped),
-        timing: server_timing::header(settings, hold).map(|(_, value)| value),
+        timing: settings
+            .server_timing
+            .then(|| server_timing::value(hold.queued, hold.worked, hold.budget_ms)),
     }
 }
 
@@ -76,7 +76,11 @@ pub(crate) fn answer_headers(
 /// allocation; each `HeaderValue` is a slice of it (a reference count, no copy), validated as
 /// [`HeaderValue::from_bytes`] would. `None` only if a value did not fit or was refused, which
 /// the bounds rule out; the caller then makes them one by one.
-fn in_one_buffer(settings: &HopSettings, hop: &HopTrace<'_>, hold: &Hold) -> Option<AnswerHeaders> {
+fn in_one_buffer(
+    settings: &HopSettings,
+    hop: &HopTrace<'_>,
+    hold: &HoldTimes,
+) -> Option<AnswerHeaders> {
     let mut out = StackBuf::<{ HopTrace::ALONE_MAX_LEN + server_timing::MAX_LEN }>::new();
     hop.write_alone(&mut out);
     let trace_len = out.len();
@@ -120,33 +124,21 @@ pub(crate) fn root_only(settings: &HopSettings, end_ms: u64, status: StatusCode)
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use deadline::trace::Span;
-    use http::Method;
 
     use super::*;
     use crate::EnforceDeadlineLayer;
 
-    fn hold(arrival: Instant, budget_ms: Option<u64>) -> Hold {
-        Hold {
-            service: Arc::from("inventory"),
-            request_id: None,
-            method: Method::GET,
-            path: String::new(),
+    fn hold(budget_ms: Option<u64>) -> HoldTimes {
+        HoldTimes {
             budget_ms,
-            arrival,
-            work_start: Some(arrival + Duration::from_millis(3)),
-            work_end: Some(arrival + Duration::from_millis(41)),
             queued: Duration::from_micros(3_250),
             worked: Duration::from_micros(38_004),
-            streamed: Duration::ZERO,
+            work_start_ms: Some(3),
+            work_end_ms: Some(41),
             outcome: HoldOutcome::Ok,
-            status: None,
-            reply_written: false,
-            exceeded: None,
-            caller_left: None,
         }
     }
 
@@ -162,7 +154,7 @@ mod tests {
             let settings = &layer.settings;
             for budget_ms in [Some(950), Some(0), None] {
                 for call in [false, true] {
-                    let hold = hold(arrival, budget_ms);
+                    let hold = hold(budget_ms);
                     let ctx = DeadlineContext::new(None, Duration::from_millis(10), arrival);
                     if call {
                         ctx.record(Span::new("call:stock", 4, 40).with_outcome("200"));
@@ -199,13 +191,7 @@ mod tests {
         // What the values are, so a change in both paths at once is seen too.
         let layer = EnforceDeadlineLayer::new("inventory");
         let ctx = DeadlineContext::new(None, Duration::from_millis(10), arrival);
-        let headers = answer_headers(
-            &layer.settings,
-            &ctx,
-            &hold(arrival, Some(950)),
-            StatusCode::OK,
-            end,
-        );
+        let headers = answer_headers(&layer.settings, &ctx, &hold(Some(950)), StatusCode::OK, end);
         assert_eq!(
             headers.trace,
             "inventory@0-42=200,.queue@0-3,.work@3-41=ok,^0=950"

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use http::{HeaderValue, Request, StatusCode, Uri};
+use http::{HeaderValue, Method, Request, StatusCode, Uri};
 use tokio::time::Instant;
 
 use super::settings::HopSettings;
@@ -26,8 +26,10 @@ use crate::phase::Phase;
 /// copy), and the `tracing` event reads them in place. Without a hook or the hold log listening,
 /// a report allocates nothing.
 pub(crate) struct Recorder {
-    /// Inline, not boxed: moving the recorder from the response future into the response body
-    /// copies a few hundred bytes, which costs less than an allocation per request.
+    /// Inline, not boxed, and kept small (times as nanoseconds since arrival, the strings
+    /// elsewhere): the recorder moves with the request's future and then its response body,
+    /// several times each, so every byte here is copied on every request; an allocation to
+    /// avoid the copies would cost more.
     draft: HoldDraft,
     settings: Arc<HopSettings>,
     /// The answer reached the caller's side (the response future completed with it).
@@ -45,7 +47,7 @@ pub(crate) struct Recorder {
 impl fmt::Debug for Recorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Recorder")
-            .field("hold", &self.draft.hold)
+            .field("hold", &self.hold())
             .field("delivered", &self.delivered)
             .finish_non_exhaustive()
     }
@@ -59,29 +61,26 @@ impl Recorder {
         request: &Request<B>,
         arrival: Instant,
     ) -> Recorder {
-        let hold = Hold {
-            service: settings.name.clone(),
-            // Filled in only for an `on_hold` hook (see `Recorder`).
-            request_id: None,
-            method: request.method().clone(),
-            path: String::new(),
-            budget_ms: None,
+        let draft = HoldDraft {
             arrival,
-            work_start: None,
-            work_end: None,
-            queued: Duration::ZERO,
-            worked: Duration::ZERO,
-            streamed: Duration::ZERO,
-            outcome: HoldOutcome::Ok,
+            method: request.method().clone(),
+            budget_ms: None,
+            queued: 0,
+            work_start: UNSET,
+            work_end: UNSET,
+            streamed: 0,
+            caller_left: UNSET,
             status: None,
-            reply_written: false,
+            outcome: HoldOutcome::Ok,
             exceeded: None,
-            caller_left: None,
+            reply_written: false,
+            detail: None,
         };
         // The request id and the URI are read only when something will report them: the
         // hold log (when its target is enabled) or an `on_hold` hook. Otherwise they would be
         // copied into every request's recorder and moved with it for nothing.
-        let detail = (settings.on_hold.is_some()
+        let mut draft = draft;
+        draft.detail = (settings.on_hold.is_some()
             || tracing::enabled!(target: "deadline::hold", tracing::Level::INFO))
         .then(|| {
             Box::new(Detail {
@@ -97,7 +96,7 @@ impl Recorder {
         let span =
             crate::otel::ServerSpan::start(&settings.tracing, request.method(), request.headers());
         Recorder {
-            draft: HoldDraft { hold, detail },
+            draft,
             settings,
             delivered: false,
             reported: false,
@@ -109,8 +108,41 @@ impl Recorder {
     }
 
     /// The hold so far (without its `request_id` and `path`, which only the hook gets).
-    pub(crate) fn hold(&self) -> &Hold {
-        &self.draft.hold
+    pub(crate) fn hold(&self) -> Hold {
+        let d = &self.draft;
+        let at = |ns: u64| (ns != UNSET).then(|| d.at(ns));
+        Hold {
+            service: self.settings.name.clone(),
+            request_id: None,
+            method: d.method.clone(),
+            path: String::new(),
+            budget_ms: d.budget_ms,
+            arrival: d.arrival,
+            work_start: at(d.work_start),
+            work_end: at(d.work_end),
+            queued: Duration::from_nanos(d.queued),
+            worked: d.worked(),
+            streamed: Duration::from_nanos(d.streamed),
+            outcome: d.outcome,
+            status: d.status,
+            reply_written: d.reply_written,
+            exceeded: d.exceeded,
+            caller_left: at(d.caller_left),
+        }
+    }
+
+    /// The times the hop's answer headers are written from, without making the whole hold.
+    pub(crate) fn times(&self) -> HoldTimes {
+        let d = &self.draft;
+        let ms = |ns: u64| (ns != UNSET).then_some(ns / 1_000_000);
+        HoldTimes {
+            budget_ms: d.budget_ms,
+            queued: Duration::from_nanos(d.queued),
+            worked: d.worked(),
+            work_start_ms: ms(d.work_start),
+            work_end_ms: ms(d.work_end),
+            outcome: d.outcome,
+        }
     }
 
     /// The context of the request's server span (the parent of its outbound attempts).
@@ -121,39 +153,43 @@ impl Recorder {
 
     /// The budget the caller sent, in ms (0 for a spent one).
     pub(crate) fn set_budget(&mut self, budget_ms: Option<u64>) {
-        self.draft.hold.budget_ms = budget_ms;
+        self.draft.budget_ms = budget_ms;
     }
 
     /// The request stopped waiting for a slot at `at` without starting.
     pub(crate) fn left_queue(&mut self, at: Instant) {
-        self.draft.hold.queued = at.saturating_duration_since(self.draft.hold.arrival);
+        self.draft.queued = self.draft.since(at);
     }
 
     /// The work started at `at`.
     pub(crate) fn start(&mut self, at: Instant) {
         self.left_queue(at);
-        self.draft.hold.work_start = Some(at);
+        self.draft.work_start = self.draft.since(at);
     }
 
     /// The work ended (or was dropped) at `at`. Only the first call counts.
     pub(crate) fn end(&mut self, at: Instant) {
-        if let (Some(start), None) = (self.draft.hold.work_start, self.draft.hold.work_end) {
-            self.draft.hold.work_end = Some(at);
-            self.draft.hold.worked = at.saturating_duration_since(start);
+        if self.draft.work_start != UNSET && self.draft.work_end == UNSET {
+            self.draft.work_end = self.draft.since(at);
         }
     }
 
     /// The response body streamed until `at` (since the work ended, or since arrival if it
     /// never started).
     pub(crate) fn streamed_until(&mut self, at: Instant) {
-        let hold = &mut self.draft.hold;
-        let from = hold.work_end.unwrap_or(hold.arrival);
-        hold.streamed = at.saturating_duration_since(from);
+        let d = &mut self.draft;
+        let from = if d.work_end == UNSET { 0 } else { d.work_end };
+        d.streamed = d.since(at).saturating_sub(from);
     }
 
     /// The caller went away at `at`.
     pub(crate) fn caller_left(&mut self, at: Instant) {
-        self.draft.hold.caller_left = Some(at);
+        self.draft.caller_left = self.draft.since(at);
+    }
+
+    /// The status the answer stands for so far.
+    pub(crate) fn status(&self) -> Option<StatusCode> {
+        self.draft.status
     }
 
     /// The settings of the hop this request is held by.
@@ -163,13 +199,13 @@ impl Recorder {
 
     /// The layer answers 504 because the time ran out while the request was in `phase`.
     pub(crate) fn exceeded(&mut self, phase: Phase) {
-        self.draft.hold.exceeded = Some(phase);
+        self.draft.exceeded = Some(phase);
     }
 
     /// The answer is `status` (if any), with `outcome`.
     pub(crate) fn answer(&mut self, status: Option<StatusCode>, outcome: HoldOutcome) {
-        self.draft.hold.status = status;
-        self.draft.hold.outcome = outcome;
+        self.draft.status = status;
+        self.draft.outcome = outcome;
     }
 
     /// The answer was handed to the caller's side: from now on, a drop means the reply was not
@@ -180,7 +216,7 @@ impl Recorder {
 
     /// Reports the hold now.
     pub(crate) fn finish(mut self, reply_written: bool) {
-        self.draft.hold.reply_written = reply_written;
+        self.draft.reply_written = reply_written;
         self.report();
     }
 
@@ -188,16 +224,35 @@ impl Recorder {
         if std::mem::replace(&mut self.reported, true) {
             return;
         }
-        self.settings.metrics.record(&self.draft.hold);
-        self.settings.prometheus.record(&self.draft.hold);
+        let d = &self.draft;
+        self.settings.metrics.count(
+            d.outcome,
+            d.work_start != UNSET,
+            d.reply_written,
+            d.worked(),
+        );
+        // The whole hold is made only for someone who reads it: the Prometheus series, the
+        // OpenTelemetry span, the hold log or a hook. The counters above take four fields.
         #[cfg(feature = "otel")]
-        self.span.end(&self.draft.hold);
+        let span = self.span.is_on();
+        #[cfg(not(feature = "otel"))]
+        let span = false;
+        if !(span
+            || self.settings.prometheus.is_on()
+            || self.settings.on_hold.is_some()
+            || tracing::enabled!(target: "deadline::hold", tracing::Level::INFO))
+        {
+            return;
+        }
+        let mut hold = self.hold();
+        self.settings.prometheus.record(&hold);
+        #[cfg(feature = "otel")]
+        self.span.end(&hold);
         let detail = self.draft.detail.as_deref();
         let request_id = detail
             .and_then(|d| d.request_id.as_ref())
             .and_then(|v| v.to_str().ok());
         let path = detail.map_or("", |d| d.uri.path());
-        let hold = &self.draft.hold;
         tracing::info!(
             target: "deadline::hold",
             service = %hold.service,
@@ -215,21 +270,74 @@ impl Recorder {
             "worker hold"
         );
         if let Some(hook) = &self.settings.on_hold {
-            self.draft.hold.request_id = request_id.map(str::to_owned);
-            self.draft.hold.path = path.to_owned();
-            hook(&self.draft.hold);
+            hold.request_id = request_id.map(str::to_owned);
+            hold.path = path.to_owned();
+            hook(&hold);
         }
     }
 }
 
-/// What a [`Recorder`] keeps for the report: the hold so far and what its strings are made
-/// from.
+/// The parts of a hold the hop's `Deadline-Trace` and `Server-Timing` are written from, with
+/// the work's times in whole ms since arrival.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HoldTimes {
+    pub(crate) budget_ms: Option<u64>,
+    pub(crate) queued: Duration,
+    pub(crate) worked: Duration,
+    pub(crate) work_start_ms: Option<u64>,
+    pub(crate) work_end_ms: Option<u64>,
+    pub(crate) outcome: HoldOutcome,
+}
+
+/// A time not reached (yet) in a [`HoldDraft`].
+const UNSET: u64 = u64::MAX;
+
+/// What a [`Recorder`] keeps for the report: the hold so far, in a compact form that
+/// [`Recorder::hold`] turns into a [`Hold`], and what its strings are made from.
+///
+/// Every time is nanoseconds since `arrival` ([`UNSET`] when not reached), rather than an
+/// `Option<Instant>` or a `Duration` (16 bytes each), `worked` follows from the work's start and
+/// end, and the service's name comes from the settings: the draft is about half the size of a
+/// `Hold`, which moves with every request. A `u64` of nanoseconds lasts 584 years.
 struct HoldDraft {
-    /// `request_id` and `path` stay empty here until [`report`](Recorder::report) needs them.
-    hold: Hold,
+    arrival: Instant,
+    method: Method,
+    budget_ms: Option<u64>,
+    queued: u64,
+    work_start: u64,
+    work_end: u64,
+    streamed: u64,
+    caller_left: u64,
+    status: Option<StatusCode>,
+    outcome: HoldOutcome,
+    exceeded: Option<Phase>,
+    reply_written: bool,
     /// What the strings are made from, kept only when the hold log or a hook listens (boxed:
     /// the recorder moves with the request's future and body, and most services do not listen).
     detail: Option<Box<Detail>>,
+}
+
+impl HoldDraft {
+    /// `at` in nanoseconds since arrival (0 before it), below [`UNSET`].
+    fn since(&self, at: Instant) -> u64 {
+        let ns = at.saturating_duration_since(self.arrival).as_nanos();
+        u64::try_from(ns).unwrap_or(UNSET - 1).min(UNSET - 1)
+    }
+
+    /// The instant `ns` after arrival.
+    fn at(&self, ns: u64) -> Instant {
+        self.arrival
+            .checked_add(Duration::from_nanos(ns))
+            .unwrap_or(self.arrival)
+    }
+
+    /// How long the work held the slot: from its start to its end, once it has ended.
+    fn worked(&self) -> Duration {
+        if self.work_start == UNSET || self.work_end == UNSET {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.work_end.saturating_sub(self.work_start))
+    }
 }
 
 /// The request's id header and URI, for the hold log and the `on_hold` hook.
@@ -248,20 +356,20 @@ impl Drop for Recorder {
             // the answer reached the caller's side: the caller went away. One that left while
             // still queued has queued until now (regression: it was logged as 0 ms queued).
             let now = Instant::now();
-            if self.draft.hold.work_start.is_none() {
+            if self.draft.work_start == UNSET {
                 self.left_queue(now);
             }
             self.end(now);
-            self.draft.hold.outcome = HoldOutcome::HungUp;
+            self.draft.outcome = HoldOutcome::HungUp;
             #[cfg(feature = "baseline")]
             let now = self
                 .caller_gone
                 .as_ref()
                 .and_then(|gone| gone.at())
                 .unwrap_or(now);
-            self.draft.hold.caller_left = Some(now);
+            self.caller_left(now);
         }
-        self.draft.hold.reply_written = false;
+        self.draft.reply_written = false;
         self.report();
     }
 }
@@ -289,5 +397,101 @@ pub(crate) struct CallerWatch(pub(crate) CallerGone);
 impl Drop for CallerWatch {
     fn drop(&mut self) {
         let _ = self.0.0.set(Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use http::Method;
+
+    use super::*;
+    use crate::EnforceDeadlineLayer;
+
+    /// The compact draft gives back the hold the recorder was told, to the nanosecond: the
+    /// work's start and end and the caller's leaving as instants, the queue, work and stream
+    /// as durations; and a hook gets that same hold.
+    #[tokio::test(start_paused = true)]
+    async fn the_hold_is_what_the_recorder_was_told() {
+        let seen: Arc<Mutex<Vec<Hold>>> = Arc::default();
+        let sink = Arc::clone(&seen);
+        let layer = EnforceDeadlineLayer::new("inventory")
+            .on_hold(move |hold| sink.lock().unwrap().push(hold.clone()));
+        let settings = Arc::new(layer.settings.clone());
+        let request = Request::post("/stock/7").body(()).unwrap();
+        let arrival = Instant::now();
+        let at = |us: u64| arrival + Duration::from_micros(us);
+        let mut recorder = Recorder::arrived(settings, &request, arrival);
+        recorder.set_budget(Some(950));
+        assert_eq!(recorder.times().work_start_ms, None);
+        recorder.start(at(3_250));
+        recorder.end(at(41_254_001));
+        recorder.end(at(50_000_000)); // only the first end counts
+        recorder.streamed_until(at(60_000_123));
+        recorder.caller_left(at(45_000_007));
+        recorder.answer(Some(StatusCode::OK), HoldOutcome::Ok);
+        recorder.delivered();
+
+        let hold = recorder.hold();
+        assert_eq!(&*hold.service, "inventory");
+        assert_eq!(hold.method, Method::POST);
+        assert_eq!(hold.budget_ms, Some(950));
+        assert_eq!(hold.arrival, arrival);
+        assert_eq!(hold.work_start, Some(at(3_250)));
+        assert_eq!(hold.work_end, Some(at(41_254_001)));
+        assert_eq!(hold.queued, Duration::from_micros(3_250));
+        assert_eq!(hold.worked, Duration::from_micros(41_254_001 - 3_250));
+        assert_eq!(
+            hold.streamed,
+            Duration::from_micros(60_000_123 - 41_254_001)
+        );
+        assert_eq!(hold.caller_left, Some(at(45_000_007)));
+        assert_eq!(hold.status, Some(StatusCode::OK));
+        let times = recorder.times();
+        assert_eq!(
+            (times.work_start_ms, times.work_end_ms),
+            (Some(3), Some(41_254))
+        );
+        assert_eq!((times.queued, times.worked), (hold.queued, hold.worked));
+
+        recorder.finish(true);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        let reported = &seen[0];
+        assert_eq!(reported.path, "/stock/7");
+        assert!(reported.reply_written);
+        assert_eq!(
+            (reported.work_start, reported.work_end, reported.caller_left),
+            (hold.work_start, hold.work_end, hold.caller_left)
+        );
+        assert_eq!(
+            (reported.queued, reported.worked, reported.streamed),
+            (hold.queued, hold.worked, hold.streamed)
+        );
+    }
+
+    /// A request that never started: no work times, nothing worked, and the stream counted
+    /// from arrival.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_never_started_has_no_work_times() {
+        let layer = EnforceDeadlineLayer::new("inventory");
+        let settings = Arc::new(layer.settings.clone());
+        let request = Request::get("/").body(()).unwrap();
+        let arrival = Instant::now();
+        let mut recorder = Recorder::arrived(settings, &request, arrival);
+        recorder.left_queue(arrival + Duration::from_millis(7));
+        recorder.end(arrival + Duration::from_millis(9)); // no start: ignored
+        recorder.streamed_until(arrival + Duration::from_millis(12));
+        let hold = recorder.hold();
+        assert_eq!(
+            (hold.work_start, hold.work_end, hold.caller_left),
+            (None, None, None)
+        );
+        assert_eq!(hold.queued, Duration::from_millis(7));
+        assert_eq!(hold.worked, Duration::ZERO);
+        assert_eq!(hold.streamed, Duration::from_millis(12));
+        recorder.delivered();
+        recorder.finish(true);
     }
 }

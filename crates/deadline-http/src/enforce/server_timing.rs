@@ -62,17 +62,6 @@ pub const STREAM_METRIC: &str = "stream";
 /// `, ` separators.
 pub(crate) const MAX_LEN: usize = 4 * (7 + 4 + 20 + 1 + 3) + 3 * 2;
 
-/// This hop's `Server-Timing` from its `hold` so far, unless the layer has it turned off: for
-/// [`HeaderMap::append`](http::HeaderMap::append), so one the inner service wrote stays.
-pub(crate) fn header(settings: &HopSettings, hold: &Hold) -> Option<(HeaderName, HeaderValue)> {
-    settings.server_timing.then(|| {
-        (
-            SERVER_TIMING_HEADER,
-            value(hold.queued, hold.worked, hold.budget_ms),
-        )
-    })
-}
-
 /// The `Server-Timing` trailer of a gRPC stream the layer ended at the cutoff, unless the layer
 /// has it turned off: the head's metrics and how long the body streamed
 /// (`queue;dur=Q, work;dur=W, stream;dur=S[, budget;dur=B]`).

@@ -86,7 +86,7 @@ pub(crate) enum Ending {
 /// caller reports it), and this is how the stream ends.
 pub(crate) fn cut(recorder: &mut Recorder, caller: Caller, now: Instant) -> Ending {
     let grpc = caller.is_grpc();
-    let head = recorder.hold().status;
+    let head = recorder.status();
     let status = if grpc {
         Some(StatusCode::GATEWAY_TIMEOUT)
     } else {
@@ -112,7 +112,7 @@ pub(crate) fn cut(recorder: &mut Recorder, caller: Caller, now: Instant) -> Endi
         GrpcCode::DeadlineExceeded.to_header_value(),
     );
     trailers.insert(GRPC_MESSAGE_HEADER, encode_message(&message));
-    trailers.extend(server_timing::trailer(recorder.settings(), hold));
+    trailers.extend(server_timing::trailer(recorder.settings(), &hold));
     Ending::Trailers(trailers)
 }
 
@@ -127,7 +127,7 @@ impl Recorder {
     /// The caller went away at `now` while the body was streaming.
     pub(crate) fn hung_up_mid_stream(&mut self, now: Instant) {
         self.streamed_until(now);
-        let status = self.hold().status;
+        let status = self.status();
         self.answer(status, HoldOutcome::HungUp);
         self.caller_left(now);
     }
