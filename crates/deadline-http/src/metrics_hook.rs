@@ -15,7 +15,7 @@ mod on {
     use deadline::Stop;
     use http::Request;
 
-    use crate::hold::Hold;
+    use crate::hold::HoldFacts;
     use crate::metrics::{
         AttemptKind, CallRecorder, HopRecorder, ServiceMetrics, SkipReason, TargetRecorder,
     };
@@ -29,15 +29,10 @@ mod on {
             HopHook(Some(metrics.hop()))
         }
 
-        pub(crate) fn record(&self, hold: &Hold) {
+        pub(crate) fn record(&self, hold: &HoldFacts) {
             if let Some(hop) = &self.0 {
                 hop.record(hold);
             }
-        }
-
-        /// Whether it records anything (so a hold is worth making for it).
-        pub(crate) fn is_on(&self) -> bool {
-            self.0.is_some()
         }
     }
 
@@ -123,7 +118,7 @@ mod off {
     use deadline::Stop;
     use http::Request;
 
-    use crate::hold::Hold;
+    use crate::hold::HoldFacts;
 
     /// Nothing to record without the `metrics` feature.
     #[derive(Clone, Copy, Debug, Default)]
@@ -131,13 +126,7 @@ mod off {
 
     impl HopHook {
         #[inline]
-        pub(crate) fn record(&self, _hold: &Hold) {}
-
-        /// Never: nothing is recorded without the feature.
-        #[inline]
-        pub(crate) fn is_on(&self) -> bool {
-            false
-        }
+        pub(crate) fn record(&self, _hold: &HoldFacts) {}
     }
 
     /// Nothing to record without the `metrics` feature. (Not `Copy`, as the real one is not,

@@ -10,7 +10,7 @@ use http::{HeaderValue, Method, Request, StatusCode, Uri};
 use tokio::time::Instant;
 
 use super::settings::HopSettings;
-use crate::hold::{Hold, HoldOutcome};
+use crate::hold::{Hold, HoldFacts, HoldOutcome};
 use crate::phase::Phase;
 
 /// Fills in one request's [`Hold`] as it goes and reports it exactly once: explicitly through
@@ -145,6 +145,29 @@ impl Recorder {
         }
     }
 
+    /// The hold's figures for its counters and series, without making the whole hold.
+    fn facts(&self) -> HoldFacts {
+        let d = &self.draft;
+        let started = d.work_start != UNSET;
+        let after_caller_left = if d.caller_left != UNSET && started && d.work_end != UNSET {
+            d.work_end.saturating_sub(d.caller_left.max(d.work_start))
+        } else {
+            0
+        };
+        HoldFacts {
+            outcome: d.outcome,
+            status: d.status,
+            budget_ms: d.budget_ms,
+            arrival: d.arrival,
+            started,
+            queued: Duration::from_nanos(d.queued),
+            worked: d.worked(),
+            reply_written: d.reply_written,
+            exceeded: d.exceeded,
+            after_caller_left: Duration::from_nanos(after_caller_left),
+        }
+    }
+
     /// The context of the request's server span (the parent of its outbound attempts).
     #[cfg(feature = "otel")]
     pub(crate) fn span_context(&self) -> &opentelemetry::trace::SpanContext {
@@ -224,28 +247,22 @@ impl Recorder {
         if std::mem::replace(&mut self.reported, true) {
             return;
         }
-        let d = &self.draft;
-        self.settings.metrics.count(
-            d.outcome,
-            d.work_start != UNSET,
-            d.reply_written,
-            d.worked(),
-        );
-        // The whole hold is made only for someone who reads it: the Prometheus series, the
-        // OpenTelemetry span, the hold log or a hook. The counters above take four fields.
+        let facts = self.facts();
+        self.settings.metrics.count(&facts);
+        self.settings.prometheus.record(&facts);
+        // The whole hold is made only for someone who reads it: the OpenTelemetry span, the
+        // hold log or a hook. The counters and the Prometheus series take its figures above.
         #[cfg(feature = "otel")]
         let span = self.span.is_on();
         #[cfg(not(feature = "otel"))]
         let span = false;
         if !(span
-            || self.settings.prometheus.is_on()
             || self.settings.on_hold.is_some()
             || tracing::enabled!(target: "deadline::hold", tracing::Level::INFO))
         {
             return;
         }
         let mut hold = self.hold();
-        self.settings.prometheus.record(&hold);
         #[cfg(feature = "otel")]
         self.span.end(&hold);
         let detail = self.draft.detail.as_deref();
@@ -448,6 +465,14 @@ mod tests {
         );
         assert_eq!(hold.caller_left, Some(at(45_000_007)));
         assert_eq!(hold.status, Some(StatusCode::OK));
+        let facts = recorder.facts();
+        assert!(facts.started);
+        assert_eq!((facts.queued, facts.worked), (hold.queued, hold.worked));
+        assert_eq!(
+            facts.after_caller_left,
+            Duration::ZERO,
+            "left after the work ended"
+        );
         let times = recorder.times();
         assert_eq!(
             (times.work_start_ms, times.work_end_ms),
@@ -469,6 +494,30 @@ mod tests {
             (reported.queued, reported.worked, reported.streamed),
             (hold.queued, hold.worked, hold.streamed)
         );
+    }
+
+    /// Work done after the caller left is counted from when it left (or from the start, for a
+    /// caller gone before the work began) to the work's end.
+    #[tokio::test(start_paused = true)]
+    async fn the_work_after_the_caller_left_is_counted_from_when_it_left() {
+        let layer = EnforceDeadlineLayer::new("inventory");
+        let settings = Arc::new(layer.settings.clone());
+        let request = Request::get("/").body(()).unwrap();
+        for (left_ms, after_ms) in [(10, 31), (1, 38), (50, 0)] {
+            let arrival = Instant::now();
+            let mut recorder = Recorder::arrived(settings.clone(), &request, arrival);
+            recorder.start(arrival + Duration::from_millis(3));
+            recorder.caller_left(arrival + Duration::from_millis(left_ms));
+            recorder.end(arrival + Duration::from_millis(41));
+            let facts = recorder.facts();
+            assert_eq!(
+                facts.after_caller_left,
+                Duration::from_millis(after_ms),
+                "{left_ms}"
+            );
+            recorder.delivered();
+            recorder.finish(true);
+        }
     }
 
     /// A request that never started: no work times, nothing worked, and the stream counted

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::families::{Families, Seconds};
 use super::histogram::SecondsHistogram;
 use super::labels::{Outcome, OutcomeLabels, PhaseLabels, ServiceLabels, Tok};
-use crate::hold::Hold;
+use crate::hold::HoldFacts;
 use crate::phase::Phase;
 
 const PHASES: [Phase; 4] = [Phase::Queue, Phase::Work, Phase::Calling, Phase::Stream];
@@ -53,8 +53,8 @@ impl HopRecorder {
     }
 
     /// Records `hold`, reported now (just after its reply was written, if it was).
-    pub(crate) fn record(&self, hold: &Hold) {
-        let outcome = Outcome::of(hold);
+    pub(crate) fn record(&self, hold: &HoldFacts) {
+        let outcome = Outcome::of_parts(hold.outcome, hold.status);
         self.requests[outcome as usize].inc();
         let budget = hold.budget_ms.map(Duration::from_millis);
         if let Some(budget) = budget {
@@ -66,7 +66,7 @@ impl HopRecorder {
         ) {
             self.queue_wait.observe(hold.queued.as_secs_f64());
         }
-        if hold.work_start.is_some() {
+        if hold.started {
             self.work.observe(hold.worked.as_secs_f64());
         }
         if let Some(budget) = budget {
@@ -80,17 +80,9 @@ impl HopRecorder {
             // `PHASES` is in declaration order.
             self.exceeded[phase as usize].inc();
         }
-        let after = worked_after_caller_left(hold);
-        if !after.is_zero() {
-            self.after_caller_left.inc_by(after.as_secs_f64());
+        if !hold.after_caller_left.is_zero() {
+            self.after_caller_left
+                .inc_by(hold.after_caller_left.as_secs_f64());
         }
-    }
-}
-
-/// The part of `hold`'s work done after its caller left.
-pub(crate) fn worked_after_caller_left(hold: &Hold) -> Duration {
-    match (hold.caller_left, hold.work_start, hold.work_end) {
-        (Some(left), Some(start), Some(end)) => end.saturating_duration_since(left.max(start)),
-        _ => Duration::ZERO,
     }
 }

@@ -63,11 +63,16 @@ impl Outcome {
 
     /// The outcome of `hold`.
     pub fn of(hold: &Hold) -> Outcome {
-        match hold.outcome {
+        Outcome::of_parts(hold.outcome, hold.status)
+    }
+
+    /// The outcome of a hold that ended with `outcome` and answered `status`.
+    pub(crate) fn of_parts(outcome: HoldOutcome, status: Option<StatusCode>) -> Outcome {
+        match outcome {
             HoldOutcome::Ok => Outcome::Ok,
             HoldOutcome::Deadline => Outcome::Deadline,
             HoldOutcome::HungUp => Outcome::HungUp,
-            HoldOutcome::Rejected => match hold.status {
+            HoldOutcome::Rejected => match status {
                 Some(StatusCode::BAD_REQUEST) => Outcome::Malformed,
                 Some(StatusCode::GATEWAY_TIMEOUT) => Outcome::ExpiredOnArrival,
                 _ => Outcome::Rejected,
