@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # The hot-path guard run by CI: instructions per request (scripts/callgrind.sh, a short run) of
 # the enforce layer against the peer stack (tower-http's timeout over tower's concurrency
-# limit), and of the two-hop chain with deadlines against the same chain built from the peer
-# stack and reqwest. Instruction counts do not move with other work on the machine, so a fixed
-# bound holds on a shared CI machine where a throughput figure would not.
+# limit), with its answer headers and without them, and of the two-hop chain with deadlines
+# against the same chain built from the peer stack and reqwest. Instruction counts do not move
+# with other work on the machine, so a fixed bound holds on a shared CI machine where a
+# throughput figure would not.
 #
 # Fails when
-#   enforce        > peer + ENFORCE_OVER_PEER_MAX instructions   (default 6000)
+#   enforce        > peer + ENFORCE_OVER_PEER_MAX instructions   (default 5800)
+#   enforce-quiet  > peer + QUIET_OVER_PEER_MAX instructions     (default 3300)
 #   chain-deadline > chain-peer x CHAIN_RATIO_MAX                (default 1.03, the goal)
 #
 # The chain's bound is the project's goal (the chain with deadlines costs no more than the peer
-# chain, within 3 %: it measured 0.996). The enforce bound is the measured figure (18,832
-# instructions, peer + 5,452 in one run; peer + 5,601 against the lowest peer count seen,
-# 13,230 in a clean-clone CI run) plus a margin for the timer noise in the peer's own count
-# (13,230 to 14,641 across runs of the same build; see docs/performance.md). It was 6,500 until the answer headers and
-# the trace writer were made cheaper. The goal is peer + 1,500, not met:
-# ENFORCE_OVER_PEER_MAX=1500 checks against it.
+# chain, within 3 %: it measures 0.99). The two enforce bounds are the measured figures plus a
+# margin for the timer noise in the peer's own count (13,230 to 14,641 across runs of the same
+# build: the peer arms a timer per request, and how much of the timer wheel each run turns
+# depends on wall time under valgrind; see docs/performance.md). `enforce` carries
+# `Deadline-Trace` and `Server-Timing` on every answer, as the contract asks (18,559, peer +
+# 5,329 against the lowest peer count seen); `enforce-quiet` is the same layer with both shown
+# to nobody, what a service that does not use them pays (16,014, peer + 2,784). The bound was
+# 6,500, then 6,000, as the answer headers and the hold got cheaper. The goal is peer + 1,500
+# with the headers, not met: ENFORCE_OVER_PEER_MAX=1500 checks against it.
 #
 # Usage: scripts/callgrind-check.sh [REQUESTS] [WARMUP]     (defaults: 300 100)
 set -euo pipefail
@@ -23,12 +28,13 @@ cd "$(dirname "$0")/.."
 
 REQUESTS="${1:-300}"
 WARMUP="${2:-100}"
-ENFORCE_OVER_PEER_MAX="${ENFORCE_OVER_PEER_MAX:-6000}"
+ENFORCE_OVER_PEER_MAX="${ENFORCE_OVER_PEER_MAX:-5800}"
+QUIET_OVER_PEER_MAX="${QUIET_OVER_PEER_MAX:-3300}"
 CHAIN_RATIO_MAX="${CHAIN_RATIO_MAX:-1.03}"
 
 TABLE="$(mktemp)"
 trap 'rm -f "$TABLE"' EXIT
-VARIANTS="enforce peer chain-deadline chain-peer" scripts/callgrind.sh "$REQUESTS" "$WARMUP" 1 | tee "$TABLE"
+VARIANTS="enforce enforce-quiet peer chain-deadline chain-peer" scripts/callgrind.sh "$REQUESTS" "$WARMUP" 1 | tee "$TABLE"
 
 # The table's rows: variant, short run, long run, instructions per request, spread.
 per() {
@@ -42,15 +48,18 @@ per() {
 }
 
 ENFORCE="$(per enforce)"
+QUIET="$(per enforce-quiet)"
 PEER="$(per peer)"
 CHAIN="$(per chain-deadline)"
 CHAIN_PEER="$(per chain-peer)"
 
-awk -v e="$ENFORCE" -v p="$PEER" -v c="$CHAIN" -v cp="$CHAIN_PEER" \
-    -v emax="$ENFORCE_OVER_PEER_MAX" -v cmax="$CHAIN_RATIO_MAX" 'BEGIN {
+awk -v e="$ENFORCE" -v q="$QUIET" -v p="$PEER" -v c="$CHAIN" -v cp="$CHAIN_PEER" \
+    -v emax="$ENFORCE_OVER_PEER_MAX" -v qmax="$QUIET_OVER_PEER_MAX" -v cmax="$CHAIN_RATIO_MAX" 'BEGIN {
     failed = 0
     printf "enforce: %d instructions per request, peer + %d (at most peer + %d)\n", e, e - p, emax
     if (e - p > emax) { print "callgrind-check: FAILED: the enforce layer costs more than allowed over the peer stack"; failed = 1 }
+    printf "enforce-quiet: %d instructions per request, peer + %d (at most peer + %d)\n", q, q - p, qmax
+    if (q - p > qmax) { print "callgrind-check: FAILED: the enforce layer without its answer headers costs more than allowed over the peer stack"; failed = 1 }
     printf "chain-deadline: %d instructions per request, %.3f x chain-peer (at most %.3f)\n", c, c / cp, cmax
     if (c / cp > cmax) { print "callgrind-check: FAILED: the chain with deadlines costs more than allowed over the peer chain"; failed = 1 }
     if (!failed) print "callgrind-check: passed"
