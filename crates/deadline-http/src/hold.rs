@@ -129,7 +129,8 @@ pub struct Hold {
 /// instants (but the arrival): the enforce layer's recorder gives them straight from its draft,
 /// so a service whose only listeners are these never makes a whole [`Hold`].
 #[derive(Clone, Copy, Debug)]
-// Without the `metrics` feature only the counters read it, which take four of the fields.
+// Without the `metrics` feature only the counters and the hold log read it, which leave a few
+// fields unread.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct HoldFacts {
     pub(crate) outcome: HoldOutcome,

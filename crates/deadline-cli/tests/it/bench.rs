@@ -103,6 +103,22 @@ fn bench_rejects_bad_arguments() {
 /// A `deadline bench --serve` process, killed when dropped.
 struct Served(Child);
 
+impl Served {
+    /// `deadline bench --serve VARIANT`, and the address it listens on once it says so.
+    fn start(variant: &str) -> (Served, String) {
+        let mut served = Served(
+            bin()
+                .args(["bench", "--serve", variant])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("the binary starts"),
+        );
+        let (_, addr) = ready_addr(&mut served.0);
+        (served, addr)
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -113,15 +129,7 @@ impl Drop for Served {
 #[test]
 fn the_fixed_client_sends_exactly_its_requests_and_the_server_stops_when_stdin_closes() {
     for variant in ["peer", "chain-peer"] {
-        let mut served = Served(
-            bin()
-                .args(["bench", "--serve", variant])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("the binary starts"),
-        );
-        let (_, addr) = ready_addr(&mut served.0);
+        let (mut served, addr) = Served::start(variant);
 
         let sent = bin()
             .args(["bench", "--target", &addr, "--requests", "200"])
@@ -165,15 +173,7 @@ fn the_fixed_client_fails_without_a_server() {
 /// The head of the answer a `--serve VARIANT` server gives one request carrying a budget,
 /// read off a raw socket, lowercased.
 fn served_head(variant: &str) -> String {
-    let mut served = Served(
-        bin()
-            .args(["bench", "--serve", variant])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the binary starts"),
-    );
-    let (_, addr) = ready_addr(&mut served.0);
+    let (_served, addr) = Served::start(variant);
     let mut socket = TcpStream::connect(&addr).expect("connects");
     socket
         .set_read_timeout(Some(Duration::from_secs(10)))

@@ -1,4 +1,4 @@
-//! The recorder that fills in one request's [`Hold`] as it goes and reports it once.
+//! The recorder that keeps one request's hold (a compact draft) as it goes and reports it once.
 
 use std::fmt;
 use std::sync::Arc;
@@ -13,7 +13,8 @@ use super::settings::HopSettings;
 use crate::hold::{Hold, HoldFacts, HoldOutcome};
 use crate::phase::Phase;
 
-/// Fills in one request's [`Hold`] as it goes and reports it exactly once: explicitly through
+/// Keeps one request's hold as it goes (a compact draft, made into a [`Hold`] only for a reader
+/// that takes one) and reports it exactly once: explicitly through
 /// [`finish`](Recorder::finish), or when dropped unfinished.
 ///
 /// Ownership does the bookkeeping: the recorder lives in the response future until the answer
@@ -250,42 +251,42 @@ impl Recorder {
         let facts = self.facts();
         self.settings.metrics.count(&facts);
         self.settings.prometheus.record(&facts);
-        // The whole hold is made only for someone who reads it: the OpenTelemetry span, the
-        // hold log or a hook. The counters and the Prometheus series take its figures above.
-        #[cfg(feature = "otel")]
-        let span = self.span.is_on();
-        #[cfg(not(feature = "otel"))]
-        let span = false;
-        if !(span
-            || self.settings.on_hold.is_some()
-            || tracing::enabled!(target: "deadline::hold", tracing::Level::INFO))
-        {
-            return;
-        }
-        let mut hold = self.hold();
-        #[cfg(feature = "otel")]
-        self.span.end(&hold);
         let detail = self.draft.detail.as_deref();
         let request_id = detail
             .and_then(|d| d.request_id.as_ref())
             .and_then(|v| v.to_str().ok());
         let path = detail.map_or("", |d| d.uri.path());
+        // The log reads the draft's figures: the event checks its own callsite and evaluates
+        // them only when something listens.
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         tracing::info!(
             target: "deadline::hold",
-            service = %hold.service,
+            service = %self.settings.name,
             request_id,
-            method = %hold.method,
+            method = %self.draft.method,
             path,
-            budget_ms = hold.budget_ms,
-            queued_ms = u64::try_from(hold.queued.as_millis()).unwrap_or(u64::MAX),
-            worked_ms = u64::try_from(hold.worked.as_millis()).unwrap_or(u64::MAX),
-            streamed_ms = u64::try_from(hold.streamed.as_millis()).unwrap_or(u64::MAX),
-            exceeded = hold.exceeded.map(Phase::as_str),
-            outcome = hold.outcome.as_str(),
-            status = hold.status.map(|s| s.as_u16()),
-            reply_written = hold.reply_written,
+            budget_ms = facts.budget_ms,
+            queued_ms = ms(facts.queued),
+            worked_ms = ms(facts.worked),
+            streamed_ms = ms(Duration::from_nanos(self.draft.streamed)),
+            exceeded = facts.exceeded.map(Phase::as_str),
+            outcome = facts.outcome.as_str(),
+            status = facts.status.map(|s| s.as_u16()),
+            reply_written = facts.reply_written,
             "worker hold"
         );
+        // The whole hold is made only for a reader that takes one: the OpenTelemetry span or a
+        // hook. The counters, the series and the log take its figures above.
+        #[cfg(feature = "otel")]
+        let span = self.span.is_on();
+        #[cfg(not(feature = "otel"))]
+        let span = false;
+        if !span && self.settings.on_hold.is_none() {
+            return;
+        }
+        let mut hold = self.hold();
+        #[cfg(feature = "otel")]
+        self.span.end(&hold);
         if let Some(hook) = &self.settings.on_hold {
             hold.request_id = request_id.map(str::to_owned);
             hold.path = path.to_owned();
@@ -518,6 +519,88 @@ mod tests {
             recorder.delivered();
             recorder.finish(true);
         }
+    }
+
+    /// Work times in the answer headers are whole ms since arrival, rounded down, as the
+    /// context counts them.
+    #[tokio::test(start_paused = true)]
+    async fn the_headers_times_are_whole_ms_rounded_down() {
+        let layer = EnforceDeadlineLayer::new("inventory");
+        let settings = Arc::new(layer.settings.clone());
+        let request = Request::get("/").body(()).unwrap();
+        let arrival = Instant::now();
+        let ctx = crate::DeadlineContext::new(None, Duration::ZERO, arrival);
+        let mut recorder = Recorder::arrived(settings, &request, arrival);
+        let start = arrival + Duration::from_micros(3_750);
+        let end = arrival + Duration::from_micros(41_999);
+        recorder.start(start);
+        recorder.end(end);
+        let times = recorder.times();
+        assert_eq!(times.work_start_ms, Some(ctx.ms_since_arrival(start)));
+        assert_eq!(times.work_end_ms, Some(ctx.ms_since_arrival(end)));
+        assert_eq!(
+            (times.work_start_ms, times.work_end_ms),
+            (Some(3), Some(41))
+        );
+        recorder.delivered();
+        recorder.finish(true);
+    }
+
+    /// Counts the `deadline::hold` events a subscriber sees, and what their `outcome` field
+    /// says: a subscriber of its own, as a user's would be.
+    #[derive(Default)]
+    struct HoldEvents(Mutex<Vec<String>>);
+
+    struct Outcome<'a>(&'a mut String);
+
+    impl tracing::field::Visit for Outcome<'_> {
+        fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+            if field.name() == "outcome" {
+                self.0.push_str(value);
+            }
+        }
+
+        fn record_debug(&mut self, _field: &tracing::field::Field, _value: &dyn fmt::Debug) {}
+    }
+
+    impl tracing::Subscriber for HoldEvents {
+        // Events only, as a filter on event fields or names would be: a check made with
+        // `tracing::enabled!` (a hint, not an event) is refused, so the log must not hang on one.
+        fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+            metadata.is_event() && metadata.target() == "deadline::hold"
+        }
+        fn new_span(&self, _span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _span: &tracing::span::Id, _values: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _span: &tracing::span::Id, _follows: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut outcome = String::new();
+            event.record(&mut Outcome(&mut outcome));
+            self.0.lock().unwrap().push(outcome);
+        }
+        fn enter(&self, _span: &tracing::span::Id) {}
+        fn exit(&self, _span: &tracing::span::Id) {}
+    }
+
+    /// With no hook and no span, the hold log still gets one event per request, with the
+    /// outcome the recorder was told.
+    #[tokio::test(start_paused = true)]
+    async fn the_hold_log_gets_every_report_without_a_hook() {
+        let events = Arc::new(HoldEvents::default());
+        let layer = EnforceDeadlineLayer::new("inventory");
+        let settings = Arc::new(layer.settings.clone());
+        let request = Request::get("/").body(()).unwrap();
+        tracing::subscriber::with_default(Arc::clone(&events), || {
+            for outcome in [HoldOutcome::Ok, HoldOutcome::Deadline] {
+                let arrival = Instant::now();
+                let mut recorder = Recorder::arrived(settings.clone(), &request, arrival);
+                recorder.answer(Some(StatusCode::OK), outcome);
+                recorder.delivered();
+                recorder.finish(true);
+            }
+        });
+        assert_eq!(*events.0.lock().unwrap(), ["ok", "deadline"]);
     }
 
     /// A request that never started: no work times, nothing worked, and the stream counted

@@ -465,6 +465,27 @@ mod tests {
         );
     }
 
+    /// A configured target that first calls when the map is full shares the budget of the
+    /// targets past the cap, as a lookup by its name would give.
+    #[tokio::test(start_paused = true)]
+    async fn a_configured_target_past_the_cap_shares_the_last_budget() {
+        let policy = CallPolicy::new(std::time::Duration::from_secs(1), 3).unwrap();
+        let retries = Retries::new(RetrySettings::default());
+        let now = Instant::now();
+        for n in 0..MAX_BUDGETS {
+            retries.budget(&format!("target-{n}"), None, &policy, now);
+        }
+        let late: Arc<str> = Arc::from("late");
+        let kept = retries.budget("late", Some(&late), &policy, now);
+        let shared = retries.budget("another-late", None, &policy, now);
+        let by_name = retries.budget("late", None, &policy, now);
+        assert!(same(&kept, &shared) && same(&kept, &by_name));
+        assert!(same(
+            &kept,
+            &retries.budget("late", Some(&late), &policy, now)
+        ));
+    }
+
     /// Once kept, a configured target's budget is reached without the map's lock: a call made
     /// while another holds that lock does not wait for it.
     #[test]
