@@ -136,8 +136,6 @@ where
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
         // into its last attempt): without either, only an error message would ever read it.
-        // A configured target's name is the layer's own `Arc`, which the retry budgets know.
-        let configured = target.is_some();
         let (mut target, mut record) = start_record(target, context, &request);
         let attempts = if repeatable { policy.attempts() } else { 1 };
         let mut requests = AttemptRequests::new(request, attempts, explicit).dialects(dialects);
@@ -150,8 +148,7 @@ where
         loop {
             let now = Instant::now();
             let budget = budget.get_or_insert_with(|| {
-                let name = target_name(target.as_deref(), &requests);
-                retries.budget(name, target.as_ref().filter(|_| configured), &policy, now)
+                retries.budget(target_name(target.as_deref(), &requests), &policy, now)
             });
             let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, budget);
             let Paced {

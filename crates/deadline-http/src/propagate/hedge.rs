@@ -166,8 +166,6 @@ where
             mark_attempts,
             dress,
         } = self;
-        // A configured target's name is the layer's own `Arc`, which the retry budgets know.
-        let configured = target.is_some();
         let (target, record) = start_record(target, context, &request);
         let name = || {
             target
@@ -194,8 +192,7 @@ where
                 hedge_timer = None;
                 let now = Instant::now();
                 let budget = budget.get_or_insert_with(|| {
-                    let name = target_name(target.as_deref(), &requests);
-                    retries.budget(name, target.as_ref().filter(|_| configured), &policy, now)
+                    retries.budget(target_name(target.as_deref(), &requests), &policy, now)
                 });
                 let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, budget);
                 let Paced {

@@ -100,10 +100,9 @@ pub(super) struct Retries {
     draws: Draws,
     /// One budget per target, made at its first call.
     budgets: Mutex<HashMap<Arc<str>, Arc<Mutex<RetryBudget>>>>,
-    /// The budget of the first configured target that called (its name, the very `Arc` the
-    /// layer holds, and the budget the map gave it), so the calls of a client with a
-    /// configured target reach their budget with neither the map's lock nor a hash.
-    configured: OnceLock<(Arc<str>, TargetBudget)>,
+    /// The first target that called and the budget the map gave it, so the calls of a client
+    /// to one target (the usual case) reach their budget with neither the map's lock nor a hash.
+    first: OnceLock<(Arc<str>, TargetBudget)>,
     /// Latencies of hedged calls, for a percentile hedge delay.
     latencies: Mutex<Latencies>,
 }
@@ -114,7 +113,7 @@ impl Retries {
             settings,
             draws: Draws::seeded(),
             budgets: Mutex::new(HashMap::new()),
-            configured: OnceLock::new(),
+            first: OnceLock::new(),
             latencies: Mutex::new(Latencies::new()),
         })
     }
@@ -224,33 +223,22 @@ impl Retries {
     /// key is copied only then, so a call to a known target allocates nothing): none without a
     /// budget, or with propagation off (the baseline draws from no budget).
     ///
-    /// `configured` is the layer's own target name when it has one (then `target` is that
-    /// name). The first configured name to call is resolved once and kept beside the map;
-    /// its later calls are matched by the `Arc`'s address (which cannot be reused while it is
-    /// kept) and get the same budget the map holds, without its lock or a hash. Any other name,
-    /// and a URI's authority, is looked up in the map: the result is the same either way.
-    pub(super) fn budget(
-        &self,
-        target: &str,
-        configured: Option<&Arc<str>>,
-        policy: &CallPolicy,
-        now: Instant,
-    ) -> TargetBudget {
+    /// The first target to call is kept beside the map with its budget; a later call to the
+    /// same name gets that budget by comparing the name, without the map's lock or a hash. Any
+    /// other name is looked up in the map: the result is the same either way.
+    pub(super) fn budget(&self, target: &str, policy: &CallPolicy, now: Instant) -> TargetBudget {
         let Some(config) = self.settings.budget.filter(|_| policy.propagate()) else {
             return TargetBudget(None);
         };
-        let Some(name) = configured else {
-            return self.look_up(target, config, now);
-        };
-        if let Some((kept, budget)) = self.configured.get() {
-            if Arc::ptr_eq(kept, name) {
+        if let Some((name, budget)) = self.first.get() {
+            if **name == *target {
                 return budget.clone();
             }
-            return self.look_up(name, config, now);
+            return self.look_up(target, config, now);
         }
-        let budget = self.look_up(name, config, now);
+        let budget = self.look_up(target, config, now);
         // Another call may have kept its name first; this one's budget is still the map's.
-        let _ = self.configured.set((Arc::clone(name), budget.clone()));
+        let _ = self.first.set((Arc::from(target), budget.clone()));
         budget
     }
 
@@ -431,62 +419,45 @@ mod tests {
         }
     }
 
-    /// A configured target's budget is the map's, whichever way it is reached, and each name
-    /// has its own; the baseline and an unbudgeted client draw from none.
+    /// The kept target's budget is the map's, however often it is reached, and each name has
+    /// its own; the baseline and an unbudgeted client draw from none.
     #[tokio::test(start_paused = true)]
-    async fn a_configured_target_reaches_the_same_budget_as_its_name() {
+    async fn the_kept_target_reaches_the_same_budget_as_its_name() {
         let policy = CallPolicy::new(std::time::Duration::from_secs(1), 3).unwrap();
         let retries = Retries::new(RetrySettings::default());
         let now = Instant::now();
-        let inventory: Arc<str> = Arc::from("inventory");
-        let kept = retries.budget("inventory", Some(&inventory), &policy, now);
-        let again = retries.budget("inventory", Some(&inventory), &policy, now);
-        let by_name = retries.budget("inventory", None, &policy, now);
-        let other_arc: Arc<str> = Arc::from("inventory");
-        let by_other_arc = retries.budget("inventory", Some(&other_arc), &policy, now);
+        let kept = retries.budget("inventory", &policy, now);
+        let again = retries.budget("inventory", &policy, now);
+        let by_name = retries.budget("inventory", &policy, now);
+        let by_other_arc = retries.budget("inventory", &policy, now);
         assert!(same(&kept, &again) && same(&kept, &by_name) && same(&kept, &by_other_arc));
-        let orders: Arc<str> = Arc::from("orders");
-        let orders_budget = retries.budget("orders", Some(&orders), &policy, now);
+        let orders_budget = retries.budget("orders", &policy, now);
         assert!(orders_budget.0.is_some() && !same(&kept, &orders_budget));
 
         let baseline = policy.with_propagate(false);
-        assert!(
-            retries
-                .budget("inventory", Some(&inventory), &baseline, now)
-                .0
-                .is_none()
-        );
+        assert!(retries.budget("inventory", &baseline, now).0.is_none());
         let unbudgeted = Retries::new(RetrySettings::default().with_budget(None));
-        assert!(
-            unbudgeted
-                .budget("inventory", Some(&inventory), &policy, now)
-                .0
-                .is_none()
-        );
+        assert!(unbudgeted.budget("inventory", &policy, now).0.is_none());
     }
 
-    /// A configured target that first calls when the map is full shares the budget of the
-    /// targets past the cap, as a lookup by its name would give.
+    /// A target that is kept when the map is full shares the budget of the targets past the
+    /// cap, as a lookup by its name would give.
     #[tokio::test(start_paused = true)]
-    async fn a_configured_target_past_the_cap_shares_the_last_budget() {
+    async fn a_target_kept_past_the_cap_shares_the_last_budget() {
         let policy = CallPolicy::new(std::time::Duration::from_secs(1), 3).unwrap();
         let retries = Retries::new(RetrySettings::default());
         let now = Instant::now();
         for n in 0..MAX_BUDGETS {
-            retries.budget(&format!("target-{n}"), None, &policy, now);
+            retries.budget(&format!("target-{n}"), &policy, now);
         }
-        let late: Arc<str> = Arc::from("late");
-        let kept = retries.budget("late", Some(&late), &policy, now);
-        let shared = retries.budget("another-late", None, &policy, now);
-        let by_name = retries.budget("late", None, &policy, now);
+        let kept = retries.budget("late", &policy, now);
+        let shared = retries.budget("another-late", &policy, now);
+        let by_name = retries.budget("late", &policy, now);
         assert!(same(&kept, &shared) && same(&kept, &by_name));
-        assert!(same(
-            &kept,
-            &retries.budget("late", Some(&late), &policy, now)
-        ));
+        assert!(same(&kept, &retries.budget("late", &policy, now)));
     }
 
-    /// Once kept, a configured target's budget is reached without the map's lock: a call made
+    /// Once kept, a target's budget is reached without the map's lock: a call made
     /// while another holds that lock does not wait for it.
     #[test]
     fn a_kept_target_does_not_take_the_maps_lock() {
@@ -497,15 +468,14 @@ mod tests {
         let _entered = runtime.enter();
         let policy = CallPolicy::new(std::time::Duration::from_secs(1), 3).unwrap();
         let retries = Retries::new(RetrySettings::default());
-        let inventory: Arc<str> = Arc::from("inventory");
         let now = Instant::now();
-        let kept = retries.budget("inventory", Some(&inventory), &policy, now);
+        let kept = retries.budget("inventory", &policy, now);
 
         let held = retries.budgets.lock().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let caller = Arc::clone(&retries);
         std::thread::spawn(move || {
-            let _ = tx.send(caller.budget("inventory", Some(&inventory), &policy, now));
+            let _ = tx.send(caller.budget("inventory", &policy, now));
         });
         let reached = rx.recv_timeout(std::time::Duration::from_secs(10));
         drop(held);
