@@ -125,9 +125,10 @@ pub struct Hold {
     pub caller_left: Option<Instant>,
 }
 
-/// The figures of a hold that its counters and Prometheus series read, without its strings and
-/// instants (but the arrival): the enforce layer's recorder gives them straight from its draft,
-/// so a service whose only listeners are these never makes a whole [`Hold`].
+/// The figures of a hold that its counters, Prometheus series, log and answer headers read,
+/// without its strings and instants (but the arrival): the enforce layer's recorder gives them
+/// straight from its draft, so a service whose only listeners are these never makes a whole
+/// [`Hold`].
 #[derive(Clone, Copy, Debug)]
 // Without the `metrics` feature only the counters and the hold log read it, which leave a few
 // fields unread.
@@ -137,14 +138,23 @@ pub(crate) struct HoldFacts {
     pub(crate) status: Option<StatusCode>,
     pub(crate) budget_ms: Option<u64>,
     pub(crate) arrival: Instant,
-    /// The work started.
-    pub(crate) started: bool,
+    /// When the work started and ended, in whole ms since arrival (rounded down), if it did:
+    /// what the hop's `Deadline-Trace` writes.
+    pub(crate) work_start_ms: Option<u64>,
+    pub(crate) work_end_ms: Option<u64>,
     pub(crate) queued: Duration,
     pub(crate) worked: Duration,
     pub(crate) reply_written: bool,
     pub(crate) exceeded: Option<Phase>,
     /// The part of the work done after the caller left.
     pub(crate) after_caller_left: Duration,
+}
+
+impl HoldFacts {
+    /// Whether the work started (a worker slot was taken).
+    pub(crate) fn started(&self) -> bool {
+        self.work_start_ms.is_some()
+    }
 }
 
 impl fmt::Display for Hold {
@@ -224,9 +234,9 @@ impl HoldMetrics {
 
     /// Counts a hold.
     pub(crate) fn count(&self, hold: &HoldFacts) {
+        let started = hold.started();
         let HoldFacts {
             outcome,
-            started,
             reply_written,
             worked,
             ..

@@ -456,7 +456,7 @@ impl Reply {
         recorder.delivered();
         let (mut parts, body) = response.into_parts();
         if self.expose {
-            let headers = answer_headers(&self.settings, &self.ctx, &recorder.times(), status, now);
+            let headers = answer_headers(&self.settings, &self.ctx, &recorder.facts(), status, now);
             parts.headers.insert(deadline::TRACE_HEADER, headers.trace);
             // Appended, so a `Server-Timing` the inner service wrote stays.
             if let Some(timing) = headers.timing {
@@ -487,7 +487,7 @@ impl Reply {
         let headers = answer_headers(
             &self.settings,
             &self.ctx,
-            &recorder.times(),
+            &recorder.facts(),
             status,
             Instant::now(),
         );

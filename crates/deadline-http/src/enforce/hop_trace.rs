@@ -7,11 +7,10 @@ use deadline::trace::{HopTrace, HopWork};
 use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
 
-use super::recorder::HoldTimes;
 use super::server_timing;
 use super::settings::HopSettings;
 use crate::context::DeadlineContext;
-use crate::hold::HoldOutcome;
+use crate::hold::{HoldFacts, HoldOutcome};
 
 /// What the layer adds to an answer: this hop's `Deadline-Trace` and, unless the layer has it
 /// turned off, its `Server-Timing`.
@@ -32,7 +31,7 @@ pub(crate) struct AnswerHeaders {
 pub(crate) fn answer_headers(
     settings: &HopSettings,
     ctx: &DeadlineContext,
-    hold: &HoldTimes,
+    hold: &HoldFacts,
     status: StatusCode,
     end: Instant,
 ) -> AnswerHeaders {
@@ -79,7 +78,7 @@ pub(crate) fn answer_headers(
 fn in_one_buffer(
     settings: &HopSettings,
     hop: &HopTrace<'_>,
-    hold: &HoldTimes,
+    hold: &HoldFacts,
 ) -> Option<AnswerHeaders> {
     let mut out = StackBuf::<{ HopTrace::ALONE_MAX_LEN + server_timing::MAX_LEN }>::new();
     hop.write_alone(&mut out);
@@ -131,14 +130,19 @@ mod tests {
     use super::*;
     use crate::EnforceDeadlineLayer;
 
-    fn hold(budget_ms: Option<u64>) -> HoldTimes {
-        HoldTimes {
+    fn hold(budget_ms: Option<u64>) -> HoldFacts {
+        HoldFacts {
+            outcome: HoldOutcome::Ok,
+            status: None,
             budget_ms,
-            queued: Duration::from_micros(3_250),
-            worked: Duration::from_micros(38_004),
+            arrival: Instant::now(),
             work_start_ms: Some(3),
             work_end_ms: Some(41),
-            outcome: HoldOutcome::Ok,
+            queued: Duration::from_micros(3_250),
+            worked: Duration::from_micros(38_004),
+            reply_written: false,
+            exceeded: None,
+            after_caller_left: Duration::ZERO,
         }
     }
 

@@ -62,6 +62,21 @@ impl Recorder {
         request: &Request<B>,
         arrival: Instant,
     ) -> Recorder {
+        // The request id and the URI are read only when something will report them: the
+        // hold log (when its target is enabled) or an `on_hold` hook. Otherwise they would be
+        // copied into every request's recorder and moved with it for nothing.
+        let detail = (settings.on_hold.is_some()
+            || tracing::enabled!(target: "deadline::hold", tracing::Level::INFO))
+        .then(|| {
+            Box::new(Detail {
+                request_id: request
+                    .headers()
+                    .get(super::request_id::REQUEST_ID_HEADER)
+                    .filter(|id| super::request_id::is_usable_request_id(id.as_bytes()))
+                    .cloned(),
+                uri: request.uri().clone(),
+            })
+        });
         let draft = HoldDraft {
             arrival,
             method: request.method().clone(),
@@ -75,24 +90,8 @@ impl Recorder {
             outcome: HoldOutcome::Ok,
             exceeded: None,
             reply_written: false,
-            detail: None,
+            detail,
         };
-        // The request id and the URI are read only when something will report them: the
-        // hold log (when its target is enabled) or an `on_hold` hook. Otherwise they would be
-        // copied into every request's recorder and moved with it for nothing.
-        let mut draft = draft;
-        draft.detail = (settings.on_hold.is_some()
-            || tracing::enabled!(target: "deadline::hold", tracing::Level::INFO))
-        .then(|| {
-            Box::new(Detail {
-                request_id: request
-                    .headers()
-                    .get(super::request_id::REQUEST_ID_HEADER)
-                    .filter(|id| super::request_id::is_usable_request_id(id.as_bytes()))
-                    .cloned(),
-                uri: request.uri().clone(),
-            })
-        });
         #[cfg(feature = "otel")]
         let span =
             crate::otel::ServerSpan::start(&settings.tracing, request.method(), request.headers());
@@ -132,35 +131,24 @@ impl Recorder {
         }
     }
 
-    /// The times the hop's answer headers are written from, without making the whole hold.
-    pub(crate) fn times(&self) -> HoldTimes {
+    /// The hold's figures for its counters, series, log and answer headers, without making
+    /// the whole hold.
+    pub(crate) fn facts(&self) -> HoldFacts {
         let d = &self.draft;
         let ms = |ns: u64| (ns != UNSET).then_some(ns / 1_000_000);
-        HoldTimes {
-            budget_ms: d.budget_ms,
-            queued: Duration::from_nanos(d.queued),
-            worked: d.worked(),
-            work_start_ms: ms(d.work_start),
-            work_end_ms: ms(d.work_end),
-            outcome: d.outcome,
-        }
-    }
-
-    /// The hold's figures for its counters and series, without making the whole hold.
-    fn facts(&self) -> HoldFacts {
-        let d = &self.draft;
-        let started = d.work_start != UNSET;
-        let after_caller_left = if d.caller_left != UNSET && started && d.work_end != UNSET {
-            d.work_end.saturating_sub(d.caller_left.max(d.work_start))
-        } else {
-            0
-        };
+        let after_caller_left =
+            if d.caller_left != UNSET && d.work_start != UNSET && d.work_end != UNSET {
+                d.work_end.saturating_sub(d.caller_left.max(d.work_start))
+            } else {
+                0
+            };
         HoldFacts {
             outcome: d.outcome,
             status: d.status,
             budget_ms: d.budget_ms,
             arrival: d.arrival,
-            started,
+            work_start_ms: ms(d.work_start),
+            work_end_ms: ms(d.work_end),
             queued: Duration::from_nanos(d.queued),
             worked: d.worked(),
             reply_written: d.reply_written,
@@ -295,18 +283,6 @@ impl Recorder {
     }
 }
 
-/// The parts of a hold the hop's `Deadline-Trace` and `Server-Timing` are written from, with
-/// the work's times in whole ms since arrival.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct HoldTimes {
-    pub(crate) budget_ms: Option<u64>,
-    pub(crate) queued: Duration,
-    pub(crate) worked: Duration,
-    pub(crate) work_start_ms: Option<u64>,
-    pub(crate) work_end_ms: Option<u64>,
-    pub(crate) outcome: HoldOutcome,
-}
-
 /// A time not reached (yet) in a [`HoldDraft`].
 const UNSET: u64 = u64::MAX;
 
@@ -427,6 +403,13 @@ mod tests {
     use super::*;
     use crate::EnforceDeadlineLayer;
 
+    /// A hop's settings with nothing listening but the counters, and a `GET /`.
+    fn plain() -> (Arc<HopSettings>, Request<()>) {
+        let layer = EnforceDeadlineLayer::new("inventory");
+        let request = Request::get("/").body(()).unwrap();
+        (Arc::new(layer.settings.clone()), request)
+    }
+
     /// The compact draft gives back the hold the recorder was told, to the nanosecond: the
     /// work's start and end and the caller's leaving as instants, the queue, work and stream
     /// as durations; and a hook gets that same hold.
@@ -442,7 +425,7 @@ mod tests {
         let at = |us: u64| arrival + Duration::from_micros(us);
         let mut recorder = Recorder::arrived(settings, &request, arrival);
         recorder.set_budget(Some(950));
-        assert_eq!(recorder.times().work_start_ms, None);
+        assert_eq!(recorder.facts().work_start_ms, None);
         recorder.start(at(3_250));
         recorder.end(at(41_254_001));
         recorder.end(at(50_000_000)); // only the first end counts
@@ -467,14 +450,14 @@ mod tests {
         assert_eq!(hold.caller_left, Some(at(45_000_007)));
         assert_eq!(hold.status, Some(StatusCode::OK));
         let facts = recorder.facts();
-        assert!(facts.started);
+        assert!(facts.started());
         assert_eq!((facts.queued, facts.worked), (hold.queued, hold.worked));
         assert_eq!(
             facts.after_caller_left,
             Duration::ZERO,
             "left after the work ended"
         );
-        let times = recorder.times();
+        let times = recorder.facts();
         assert_eq!(
             (times.work_start_ms, times.work_end_ms),
             (Some(3), Some(41_254))
@@ -501,9 +484,7 @@ mod tests {
     /// caller gone before the work began) to the work's end.
     #[tokio::test(start_paused = true)]
     async fn the_work_after_the_caller_left_is_counted_from_when_it_left() {
-        let layer = EnforceDeadlineLayer::new("inventory");
-        let settings = Arc::new(layer.settings.clone());
-        let request = Request::get("/").body(()).unwrap();
+        let (settings, request) = plain();
         for (left_ms, after_ms) in [(10, 31), (1, 38), (50, 0)] {
             let arrival = Instant::now();
             let mut recorder = Recorder::arrived(settings.clone(), &request, arrival);
@@ -525,9 +506,7 @@ mod tests {
     /// context counts them.
     #[tokio::test(start_paused = true)]
     async fn the_headers_times_are_whole_ms_rounded_down() {
-        let layer = EnforceDeadlineLayer::new("inventory");
-        let settings = Arc::new(layer.settings.clone());
-        let request = Request::get("/").body(()).unwrap();
+        let (settings, request) = plain();
         let arrival = Instant::now();
         let ctx = crate::DeadlineContext::new(None, Duration::ZERO, arrival);
         let mut recorder = Recorder::arrived(settings, &request, arrival);
@@ -535,7 +514,7 @@ mod tests {
         let end = arrival + Duration::from_micros(41_999);
         recorder.start(start);
         recorder.end(end);
-        let times = recorder.times();
+        let times = recorder.facts();
         assert_eq!(times.work_start_ms, Some(ctx.ms_since_arrival(start)));
         assert_eq!(times.work_end_ms, Some(ctx.ms_since_arrival(end)));
         assert_eq!(
@@ -588,9 +567,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_hold_log_gets_every_report_without_a_hook() {
         let events = Arc::new(HoldEvents::default());
-        let layer = EnforceDeadlineLayer::new("inventory");
-        let settings = Arc::new(layer.settings.clone());
-        let request = Request::get("/").body(()).unwrap();
+        let (settings, request) = plain();
         tracing::subscriber::with_default(Arc::clone(&events), || {
             for outcome in [HoldOutcome::Ok, HoldOutcome::Deadline] {
                 let arrival = Instant::now();
@@ -607,9 +584,7 @@ mod tests {
     /// from arrival.
     #[tokio::test(start_paused = true)]
     async fn a_request_that_never_started_has_no_work_times() {
-        let layer = EnforceDeadlineLayer::new("inventory");
-        let settings = Arc::new(layer.settings.clone());
-        let request = Request::get("/").body(()).unwrap();
+        let (settings, request) = plain();
         let arrival = Instant::now();
         let mut recorder = Recorder::arrived(settings, &request, arrival);
         recorder.left_queue(arrival + Duration::from_millis(7));

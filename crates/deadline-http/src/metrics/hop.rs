@@ -66,7 +66,7 @@ impl HopRecorder {
         ) {
             self.queue_wait.observe(hold.queued.as_secs_f64());
         }
-        if hold.started {
+        if hold.started() {
             self.work.observe(hold.worked.as_secs_f64());
         }
         if let Some(budget) = budget {
