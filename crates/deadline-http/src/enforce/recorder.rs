@@ -525,61 +525,6 @@ mod tests {
         recorder.finish(true);
     }
 
-    /// Counts the `deadline::hold` events a subscriber sees, and what their `outcome` field
-    /// says: a subscriber of its own, as a user's would be.
-    #[derive(Default)]
-    struct HoldEvents(Mutex<Vec<String>>);
-
-    struct Outcome<'a>(&'a mut String);
-
-    impl tracing::field::Visit for Outcome<'_> {
-        fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-            if field.name() == "outcome" {
-                self.0.push_str(value);
-            }
-        }
-
-        fn record_debug(&mut self, _field: &tracing::field::Field, _value: &dyn fmt::Debug) {}
-    }
-
-    impl tracing::Subscriber for HoldEvents {
-        // Events only, as a filter on event fields or names would be: a check made with
-        // `tracing::enabled!` (a hint, not an event) is refused, so the log must not hang on one.
-        fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-            metadata.is_event() && metadata.target() == "deadline::hold"
-        }
-        fn new_span(&self, _span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _span: &tracing::span::Id, _values: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _span: &tracing::span::Id, _follows: &tracing::span::Id) {}
-        fn event(&self, event: &tracing::Event<'_>) {
-            let mut outcome = String::new();
-            event.record(&mut Outcome(&mut outcome));
-            self.0.lock().unwrap().push(outcome);
-        }
-        fn enter(&self, _span: &tracing::span::Id) {}
-        fn exit(&self, _span: &tracing::span::Id) {}
-    }
-
-    /// With no hook and no span, the hold log still gets one event per request, with the
-    /// outcome the recorder was told.
-    #[tokio::test(start_paused = true)]
-    async fn the_hold_log_gets_every_report_without_a_hook() {
-        let events = Arc::new(HoldEvents::default());
-        let (settings, request) = plain();
-        tracing::subscriber::with_default(Arc::clone(&events), || {
-            for outcome in [HoldOutcome::Ok, HoldOutcome::Deadline] {
-                let arrival = Instant::now();
-                let mut recorder = Recorder::arrived(settings.clone(), &request, arrival);
-                recorder.answer(Some(StatusCode::OK), outcome);
-                recorder.delivered();
-                recorder.finish(true);
-            }
-        });
-        assert_eq!(*events.0.lock().unwrap(), ["ok", "deadline"]);
-    }
-
     /// A request that never started: no work times, nothing worked, and the stream counted
     /// from arrival.
     #[tokio::test(start_paused = true)]
