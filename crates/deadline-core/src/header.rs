@@ -213,15 +213,47 @@ fn parse_element(raw: &[u8], max: Budget) -> Result<BudgetValue, MalformedReason
     let ms = digits.iter().fold(0u64, |acc, d| {
         acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
     });
-    Ok(match Budget::from_millis(ms) {
+    Ok(budget_value(ms, max))
+}
+
+/// A whole number of milliseconds as a budget: 0 is expired, more is clamped to `max`.
+fn budget_value(ms: u64, max: Budget) -> BudgetValue {
+    match Budget::from_millis(ms) {
         None => BudgetValue::Expired,
         Some(budget) => BudgetValue::Remaining(budget.min(max)),
-    })
+    }
 }
 
 /// Parses one `Deadline-Budget-Ms` header line, which may be a comma-separated list: every
 /// element must be valid and the smallest wins. Values above `max` are clamped to it.
 pub fn parse_budget(raw: &[u8], max: Budget) -> Result<BudgetValue, MalformedBudget> {
+    // Nearly every line is one plain number: read in one pass, it needs none of the list's
+    // splitting, trimming and checks, which give the same value for it.
+    match plain_millis(raw) {
+        Some(ms) => Ok(budget_value(ms, max)),
+        None => parse_list(raw, max),
+    }
+}
+
+/// `raw` as a number of milliseconds when it is only 1 to 19 ASCII digits (so it cannot
+/// overflow), `None` for anything else (a list, spaces, a sign, a longer number).
+fn plain_millis(raw: &[u8]) -> Option<u64> {
+    if raw.is_empty() || raw.len() > 19 {
+        return None;
+    }
+    let mut ms = 0u64;
+    for &b in raw {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        ms = ms * 10 + u64::from(digit);
+    }
+    Some(ms)
+}
+
+/// [`parse_budget`] by the grammar's general path: split the list, trim and check each element.
+fn parse_list(raw: &[u8], max: Budget) -> Result<BudgetValue, MalformedBudget> {
     raw.split(|b| *b == b',')
         .map(|element| parse_element(element, max))
         .try_fold(None, |smallest: Option<BudgetValue>, value| {
@@ -385,8 +417,47 @@ pub fn read_tightest(
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use BudgetValue::{Expired, Remaining};
+
+    proptest! {
+        /// The one-pass reading of a plain number gives what the general path gives, for any
+        /// line: digits, spaces, signs, lists, other bytes, numbers too long for it.
+        #[test]
+        fn the_plain_number_path_agrees_with_the_general_one(
+            raw in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..24),
+                "[0-9]{0,24}".prop_map(String::into_bytes),
+                "[0-9 ,+-]{0,12}".prop_map(String::into_bytes),
+            ],
+            max_ms in 1u64..=u64::MAX,
+        ) {
+            let max = Budget::from_millis(max_ms).unwrap();
+            prop_assert_eq!(parse_budget(&raw, max), parse_list(&raw, max));
+        }
+    }
+
+    /// Plain numbers at the edges of the one-pass reading: 19 digits is the longest it takes,
+    /// and it clamps, expires and refuses as the grammar says.
+    #[test]
+    fn plain_numbers_at_the_edges() {
+        assert_eq!(
+            plain_millis(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        assert_eq!(plain_millis(b"18446744073709551615"), None);
+        assert_eq!(plain_millis(b""), None);
+        assert_eq!(plain_millis(b"1950"), Some(1950));
+        assert_eq!(parse_budget(b"0", MAX), Ok(Expired));
+        assert_eq!(
+            parse_budget(b"9999999999999999999", MAX),
+            Ok(Remaining(MAX))
+        );
+        assert_eq!(parse_budget(b"1950", MAX), Ok(ms(1950)));
+        assert!(parse_budget(b"19a0", MAX).is_err());
+    }
 
     const MAX: Budget = Budget::DEFAULT_MAX;
 
