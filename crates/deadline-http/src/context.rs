@@ -42,6 +42,10 @@ pub struct DeadlineContext {
 
 struct Inner {
     deadline: Option<Deadline>,
+    /// The deadline less the reserve, worked out once: the layer, the queue, the outbound
+    /// calls and cooperative checks all ask for it, and each subtraction of instants is a
+    /// dozen-odd instructions of carries and checks.
+    cutoff: Option<Deadline>,
     reserve: Duration,
     arrival: Instant,
     log: Mutex<WorkLog>,
@@ -143,6 +147,7 @@ impl DeadlineContext {
         DeadlineContext {
             inner: Arc::new(Inner {
                 deadline,
+                cutoff: deadline.map(|d| d.earlier_by(reserve, time::to_std(arrival))),
                 reserve,
                 arrival,
                 log: Mutex::new(WorkLog::default()),
@@ -196,9 +201,7 @@ impl DeadlineContext {
 
     /// When work must stop so the reply still gets out: the deadline less the reply reserve.
     pub fn cutoff(&self) -> Option<Deadline> {
-        self.inner
-            .deadline
-            .map(|d| d.earlier_by(self.inner.reserve, time::to_std(self.inner.arrival)))
+        self.inner.cutoff
     }
 
     /// The time kept back for writing the reply.

@@ -175,8 +175,9 @@ impl Recorder {
 
     /// The work started at `at`.
     pub(crate) fn start(&mut self, at: Instant) {
-        self.left_queue(at);
-        self.draft.work_start = self.draft.since(at);
+        let since = self.draft.since(at);
+        self.draft.queued = since;
+        self.draft.work_start = since;
     }
 
     /// The work ended (or was dropped) at `at`. Only the first call counts.
