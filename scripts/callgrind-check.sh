@@ -16,9 +16,9 @@
 # margin for the timer noise in the peer's own count (13,230 to 14,641 across runs of the same
 # build: the peer arms a timer per request, and how much of the timer wheel each run turns
 # depends on wall time under valgrind; see docs/performance.md). `enforce` carries
-# `Deadline-Trace` and `Server-Timing` on every answer, as the contract asks (18,610, peer +
-# 5,380 against the lowest peer count seen); `enforce-quiet` is the same layer with both shown
-# to nobody, what a service that does not use them pays (16,065, peer + 2,835). The bound was
+# `Deadline-Trace` and `Server-Timing` on every answer, as the contract asks (18,489, peer +
+# 5,259 against the lowest peer count seen); `enforce-quiet` is the same layer with both shown
+# to nobody, what a service that does not use them pays (15,887, peer + 2,657). The bound was
 # 6,500, then 6,000, as the answer headers and the hold got cheaper. The goal is peer + 1,500
 # with the headers, not met: ENFORCE_OVER_PEER_MAX=1500 checks against it.
 #
