@@ -7,6 +7,7 @@
 
 use std::convert::Infallible;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -58,13 +59,24 @@ impl tracing::field::Visit for Line {
 }
 
 /// A subscriber that keeps the `deadline::hold` events and refuses everything else, as a
-/// filter on that target would.
+/// filter on that target would. With `hints` off it also refuses `tracing::enabled!` checks
+/// (not events), as a filter on event fields does; it is asked every time, so the switch holds.
 #[derive(Default)]
-struct HoldLines(Mutex<Vec<Line>>);
+struct HoldLines {
+    lines: Mutex<Vec<Line>>,
+    refuse_hints: AtomicBool,
+}
 
 impl tracing::Subscriber for HoldLines {
+    fn register_callsite(
+        &self,
+        _metadata: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
     fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
         metadata.target() == "deadline::hold"
+            && (metadata.is_event() || !self.refuse_hints.load(Ordering::Relaxed))
     }
     fn new_span(&self, _span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
         tracing::span::Id::from_u64(1)
@@ -74,7 +86,7 @@ impl tracing::Subscriber for HoldLines {
     fn event(&self, event: &tracing::Event<'_>) {
         let mut line = Line::default();
         event.record(&mut line);
-        self.0.lock().unwrap().push(line);
+        self.lines.lock().unwrap().push(line);
     }
     fn enter(&self, _span: &tracing::span::Id) {}
     fn exit(&self, _span: &tracing::span::Id) {}
@@ -91,7 +103,8 @@ fn lines() -> &'static Arc<HoldLines> {
 }
 
 /// Every request gets one hold line, with no hook and no span asked for: the outcome, the
-/// status, the budget, the path and the caller's request id as the layer saw them.
+/// status, the budget, the path and the caller's request id as the layer saw them; and a line
+/// still comes when the subscriber refuses the layer's `enabled!` check.
 #[tokio::test(start_paused = true)]
 async fn every_request_gets_one_hold_line_with_what_happened() {
     let lines = lines();
@@ -118,7 +131,7 @@ async fn every_request_gets_one_hold_line_with_what_happened() {
     assert_eq!(slow.status(), StatusCode::GATEWAY_TIMEOUT);
     slow.into_body().collect().await.unwrap();
 
-    let seen = lines.0.lock().unwrap().clone();
+    let seen = std::mem::take(&mut *lines.lines.lock().unwrap());
     let line = |path: &str, id: &str, outcome: &str, status: u64, budget_ms: u64| Line {
         service: "inventory".into(),
         request_id: id.into(),
@@ -134,5 +147,21 @@ async fn every_request_gets_one_hold_line_with_what_happened() {
             line("/stock/7", "req-fast", "ok", 200, 800),
             line("/slow", "req-slow", "deadline", 504, 100),
         ]
+    );
+
+    // A filter that refuses the layer's `enabled!` check (one on event fields) still gets the
+    // line: the check only decides whether the path and the request id are kept for it.
+    lines.refuse_hints.store(true, Ordering::Relaxed);
+    let fast = send("/stock/8", "700", "req-filtered").await.unwrap();
+    assert_eq!(fast.status(), StatusCode::OK);
+    fast.into_body().collect().await.unwrap();
+    let seen = std::mem::take(&mut *lines.lines.lock().unwrap());
+    assert_eq!(
+        seen,
+        [Line {
+            path: String::new(),
+            request_id: String::new(),
+            ..line("/stock/8", "req-filtered", "ok", 200, 700)
+        }]
     );
 }
