@@ -52,7 +52,8 @@
 //! use http::{Request, Response, StatusCode};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
-//! # #[tokio::main(flavor = "current_thread")]
+//! # // Paused time: the trace's ms are exact however busy the machine running the example is.
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! let handler = service_fn(|_req: Request<()>| async {
 //!     let left = deadline_http::DeadlineContext::current().and_then(|c| c.remaining());

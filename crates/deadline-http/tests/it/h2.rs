@@ -354,7 +354,14 @@ async fn a_spent_grpc_timeout_is_deadline_exceeded_on_arrival() {
             "deadline exceeded at inventory on arrival: the caller had already run out"
         );
         assert_eq!(answer.headers["content-type"], "application/grpc");
-        assert_eq!(trace(&answer.headers), "inventory@0-0=504,^0=0");
+        // The root span alone, 504, budget 0: answered on arrival. Its end is real time since
+        // arrival, whole ms: 0 on an idle machine, a few on a busy one.
+        let encoded = trace(&answer.headers).to_owned();
+        let end_ms = encoded
+            .strip_prefix("inventory@0-")
+            .and_then(|rest| rest.strip_suffix("=504,^0=0"))
+            .and_then(|ms| ms.parse::<u64>().ok());
+        assert!(end_ms.is_some_and(|ms| ms < 1000), "{encoded}");
         assert_eq!(server.next_hold().await.outcome, HoldOutcome::Rejected);
     }
     server.stop().await;

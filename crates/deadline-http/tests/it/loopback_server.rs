@@ -208,7 +208,14 @@ async fn spent_and_malformed_budgets_are_answered_at_once() {
     for budget in ["0", "-20"] {
         let reply = get(server.addr, "/slow", Some(budget)).await;
         assert_eq!(reply.status, StatusCode::GATEWAY_TIMEOUT, "{budget}");
-        assert_eq!(reply.trace.encode(), "inventory@0-0=504,^0=0");
+        // The root span alone, 504, budget 0: answered on arrival. Its end is real time since
+        // arrival, whole ms: 0 on an idle machine, a few on a busy one.
+        let encoded = reply.trace.encode();
+        let end_ms = encoded
+            .strip_prefix("inventory@0-")
+            .and_then(|rest| rest.strip_suffix("=504,^0=0"))
+            .and_then(|ms| ms.parse::<u64>().ok());
+        assert!(end_ms.is_some_and(|ms| ms < 1000), "{encoded}");
         assert!(reply.body.contains("on arrival"), "{reply:?}");
         assert!(reply.elapsed < Duration::from_millis(1000), "{reply:?}");
     }
