@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadline::Budget;
 use deadline::absolute::{AbsoluteUse, REQUEST_DEADLINE_HEADER, SkewGuard};
-use deadline::header::{BudgetValue, MalformedBudget};
+use deadline::header::{BudgetValue, MalformedBudget, read_budget};
 use deadline::inbound::{Source, SourceSet, read_inbound};
 use http::HeaderMap;
 
@@ -55,6 +55,12 @@ impl Sources {
         } else {
             self.set
         };
+        // The default set, `Deadline-Budget-Ms` alone: nothing to reconcile, so the header is
+        // read directly (the general path's dispatch and its result cost about a hundred
+        // instructions a request for nothing).
+        if set == SourceSet::DEFAULT {
+            return read_budget(headers, max);
+        }
         // The wall clock is read only when the request carries an absolute deadline this hop
         // accepts.
         let wall_now = (set.contains(Source::RequestDeadline)
