@@ -56,7 +56,7 @@ impl Sources {
             self.set
         };
         // The default set, `Deadline-Budget-Ms` alone: nothing to reconcile, so the header is
-        // read directly (the general path's dispatch and its result cost about a hundred
+        // read directly (the general path's dispatch and its result cost about 70
         // instructions a request for nothing).
         if set == SourceSet::DEFAULT {
             return read_budget(headers, max);
