@@ -147,6 +147,17 @@ fn no_header_budgeted_exposure(bencher: Bencher<'_, '_>) {
     run(bencher, service, None);
 }
 
+/// As `no_header_budgeted_exposure`, and no context for a request without a budget
+/// (`context_without_budget(false)`): the layer allocates nothing beyond bare hyper's.
+#[divan::bench]
+fn no_header_without_context(bencher: Bencher<'_, '_>) {
+    let service = EnforceDeadlineLayer::new("inventory")
+        .trace_exposure(TraceExposure::Budgeted)
+        .context_without_budget(false)
+        .layer(handler());
+    run(bencher, service, None);
+}
+
 /// As `with_header`, with worker slots (always one free here).
 #[divan::bench]
 fn with_header_and_slots(bencher: Bencher<'_, '_>) {

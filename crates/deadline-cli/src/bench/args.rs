@@ -107,7 +107,8 @@ pub(crate) enum Variant {
     /// The same, recording Prometheus metrics.
     EnforceMetrics,
     /// The enforce layer with its answer headers (`Deadline-Trace`, `Server-Timing`) shown to
-    /// nobody: what a service that does not use them pays.
+    /// nobody, and no context for a request without a budget: what a service that uses
+    /// neither pays.
     EnforceQuiet,
     /// The handler behind what a Rust service uses today instead: tower-http's timeout over
     /// tower's concurrency limit.

@@ -7,7 +7,7 @@
 //! | `bare` | the handler on plain hyper (this crate's `serve`: hyper's HTTP/1, `TCP_NODELAY`) |
 //! | `enforce` | the same behind `EnforceDeadlineLayer` (no slots) |
 //! | `enforce-metrics` | the same, recording into a Prometheus registry (`record_metrics`) |
-//! | `enforce-quiet` | `enforce` with its answer headers shown to nobody (`TraceExposure::Off`: no `Deadline-Trace`, no `Server-Timing`), what a service that uses neither pays |
+//! | `enforce-quiet` | `enforce` with its answer headers shown to nobody (`TraceExposure::Off`: no `Deadline-Trace`, no `Server-Timing`) and no context for a request without a budget (`context_without_budget(false)`), what a service that uses neither pays |
 //! | `peer` | the same behind what a Rust service uses today instead: tower-http's `TimeoutLayer` (2 s, 504) over tower's `ConcurrencyLimitLayer` (1024, never full here) |
 //! | `chain-bare` | an edge whose handler calls a second `bare` server with hyper-util's pooled client, two hops |
 //! | `chain-deadline` | the edge behind the enforce layer calls through `DeadlineClient` (the propagate layer over the same pooled client) a second server behind the enforce layer |

@@ -249,6 +249,7 @@ pub(crate) async fn serve_variant(
             let service = EnforceDeadlineLayer::new("bench")
                 .tracing(tracing)
                 .trace_exposure(TraceExposure::Off)
+                .context_without_budget(false)
                 .layer(service_fn(ok));
             deadline_http::serve(listener, service, until(stop)).await?;
         }

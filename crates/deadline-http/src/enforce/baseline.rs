@@ -91,7 +91,7 @@ where
     };
     let reply = Reply {
         cutoff: None,
-        ctx,
+        ctx: Some(ctx),
         settings: settings.clone(),
         recorder: None,
         caller,

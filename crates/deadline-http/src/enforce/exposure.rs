@@ -23,6 +23,9 @@
 //! reports, metrics and the calls it makes are unchanged). When the headers are not exposed, a
 //! `Deadline-Trace` the inner service wrote itself is removed too, so no downstream hop's trace
 //! leaks through this one; a `Server-Timing` the application wrote itself is its own and kept.
+//! A request that sent no budget and is shown no trace can also go without a context at all,
+//! so that it costs what it would without the layer:
+//! [`context_without_budget`](super::EnforceDeadlineLayer::context_without_budget).
 
 use std::fmt;
 use std::sync::Arc;

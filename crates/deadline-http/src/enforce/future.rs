@@ -84,8 +84,8 @@ pub(crate) enum State<B, E> {
         /// Boxed, as the semaphore's wait was: only a request that queues pays for it, and the
         /// state (so every request's future) stays small.
         acquire: Box<Waiter>,
-        /// The hop is `queued` until this is dropped.
-        _activity: ActivityGuard,
+        /// The hop is `queued` until this is dropped (when the request has a context).
+        _activity: Option<ActivityGuard>,
     },
     /// The inner service runs, racing the cutoff.
     Running {
@@ -154,7 +154,10 @@ pub(crate) enum Ending<B, E> {
 pub(crate) struct Reply {
     /// When work must stop, if the request has a deadline.
     pub(crate) cutoff: Option<Instant>,
-    pub(crate) ctx: DeadlineContext,
+    /// The request's context; `None` for a request that runs without one (see
+    /// [`context_without_budget`](super::EnforceDeadlineLayer::context_without_budget)): it has
+    /// no deadline and its answer shows no trace.
+    pub(crate) ctx: Option<DeadlineContext>,
     pub(crate) settings: Arc<HopSettings>,
     /// Taken when the answer is made (it goes into the response body, which reports the hold).
     pub(crate) recorder: Option<Recorder>,
@@ -244,12 +247,12 @@ fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
     let permit = match slots {
         None => None,
         // Admission weighs the time left until the cutoff, when work must stop.
-        Some(slots) => match slots.arrive(reply.ctx.cutoff()) {
+        Some(slots) => match slots.arrive(reply.deadline_cutoff()) {
             Arrival::Start(slot) => Some(slot),
             Arrival::Wait(acquire) => {
                 return Step::Next(State::Queued {
                     acquire: Box::new(acquire),
-                    _activity: reply.ctx.enter(Activity::Queued),
+                    _activity: reply.ctx.as_ref().map(|ctx| ctx.enter(Activity::Queued)),
                 });
             }
             Arrival::Shed(shed) => {
@@ -280,7 +283,7 @@ fn queued<B, E>(
         Poll::Ready(slot) => begin(Some(slot), reply),
         Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::GaveUp {
             now: Instant::now(),
-            activity: reply.ctx.activity(),
+            activity: reply.activity(),
         }),
         Poll::Pending => Step::Pending,
     }
@@ -309,7 +312,7 @@ where
         // as they go.
         Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::Cut {
             now: Instant::now(),
-            activity: reply.ctx.activity(),
+            activity: reply.activity(),
         }),
         Poll::Pending => Step::Pending,
     }
@@ -328,7 +331,7 @@ fn begin<B, E>(mut permit: Option<Slot>, reply: &mut Reply) -> Step<B, E> {
         });
     }
     if let Some(slot) = permit.as_mut() {
-        if let Err(shed) = slot.begin(|| reply.ctx.cutoff(), now) {
+        if let Err(shed) = slot.begin(|| reply.deadline_cutoff(), now) {
             return Step::End(Ending::Shed {
                 now,
                 shed: Box::new(shed),
@@ -342,6 +345,19 @@ fn begin<B, E>(mut permit: Option<Slot>, reply: &mut Reply) -> Step<B, E> {
 }
 
 impl Reply {
+    /// The cutoff as a [`Deadline`](deadline::Deadline), for admission.
+    fn deadline_cutoff(&self) -> Option<deadline::Deadline> {
+        self.ctx.as_ref().and_then(DeadlineContext::cutoff)
+    }
+
+    /// What the hop is doing for the request. Asked only once the cutoff has come, so of a
+    /// request with a deadline, which always has a context.
+    fn activity(&self) -> Activity {
+        self.ctx
+            .as_ref()
+            .map_or(Activity::Working, DeadlineContext::activity)
+    }
+
     /// Whether the cutoff has come (never, without a deadline). Makes the timer the first time.
     fn fired(&self, mut sleep: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> bool {
         let Some(cutoff) = self.cutoff else {
@@ -455,8 +471,8 @@ impl Reply {
         recorder.answer(Some(status), HoldOutcome::of_status(status));
         recorder.delivered();
         let (mut parts, body) = response.into_parts();
-        if self.expose {
-            let headers = answer_headers(&self.settings, &self.ctx, &recorder.facts(), status, now);
+        if let (true, Some(ctx)) = (self.expose, &self.ctx) {
+            let headers = answer_headers(&self.settings, ctx, &recorder.facts(), status, now);
             parts.headers.insert(deadline::TRACE_HEADER, headers.trace);
             // Appended, so a `Server-Timing` the inner service wrote stays.
             if let Some(timing) = headers.timing {
@@ -481,12 +497,13 @@ impl Reply {
         message: String,
     ) -> Response<EnforceBody<B>> {
         recorder.delivered();
-        if !self.expose {
-            return answer::own(self.caller, status, message, recorder);
-        }
+        let ctx = match (self.expose, &self.ctx) {
+            (true, Some(ctx)) => ctx,
+            _ => return answer::own(self.caller, status, message, recorder),
+        };
         let headers = answer_headers(
             &self.settings,
-            &self.ctx,
+            ctx,
             &recorder.facts(),
             status,
             Instant::now(),
@@ -548,7 +565,10 @@ fn baseline_answer<B, E>(
             // answer the layer gives does.
             Err(_) => {
                 let status = StatusCode::SERVICE_UNAVAILABLE;
-                let end_ms = reply.ctx.ms_since_arrival(Instant::now());
+                let end_ms = reply
+                    .ctx
+                    .as_ref()
+                    .map_or(0, |ctx| ctx.ms_since_arrival(Instant::now()));
                 let mut response = text_response(
                     status,
                     EnforceBody::text(format!("{} is shutting down\n", reply.settings.name), None),

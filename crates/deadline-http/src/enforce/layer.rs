@@ -74,6 +74,7 @@ impl EnforceDeadlineLayer {
                 server_timing: true,
                 exposure: super::TraceExposure::Always,
                 extensions: false,
+                context_without_budget: true,
                 on_hold: None,
                 metrics: HoldMetrics::default(),
                 prometheus: Default::default(),
@@ -252,6 +253,42 @@ impl EnforceDeadlineLayer {
     /// map, its table and two boxes, and dropping them), which nothing in this library needs.
     pub fn request_extensions(mut self, on: bool) -> Self {
         self.settings.extensions = on;
+        self
+    }
+
+    /// Whether a request that arrives without a budget still gets a
+    /// [`DeadlineContext`](crate::DeadlineContext) when its answer will not carry this hop's
+    /// trace (default: `true`).
+    ///
+    /// Set to `false`, such a request runs as if the layer were not in front of the handler:
+    /// [`DeadlineContext::current`](crate::DeadlineContext::current) is `None` in it, the axum
+    /// `DeadlineContext` extractor rejects it (extract `Option<DeadlineContext>` to accept it),
+    /// and the layer allocates nothing for it beyond what hyper does: no context, no trace, no
+    /// timer. Its outbound calls, spawned tasks and statements behave as they do without a
+    /// deadline, which is what they do in a context without one too. Its hold is reported and
+    /// counted as every request's is, and it still waits for a worker slot when the layer has
+    /// slots. The request keeps its context when any of these needs it: a budget (from any
+    /// accepted source), an answer that shows this hop's trace (see
+    /// [`trace_exposure`](Self::trace_exposure): with `Off`, or `Budgeted` for a caller that
+    /// sent none, it does not), [`request_extensions`](Self::request_extensions), or an
+    /// OpenTelemetry server span (its outbound calls' spans are its children).
+    ///
+    /// What it saves, measured in `docs/performance.md`: the context's allocation and its
+    /// bookkeeping, a few hundred instructions a request; with it, the layer's allocations for
+    /// a request without a budget are bare hyper's.
+    ///
+    /// ```
+    /// use deadline_http::EnforceDeadlineLayer;
+    /// use deadline_http::enforce::TraceExposure;
+    ///
+    /// // A public edge: browsers send no budget and see no trace; internal callers get both.
+    /// let edge = EnforceDeadlineLayer::new("gateway")
+    ///     .trace_exposure(TraceExposure::Budgeted)
+    ///     .context_without_budget(false);
+    /// # let _ = edge;
+    /// ```
+    pub fn context_without_budget(mut self, on: bool) -> Self {
+        self.settings.context_without_budget = on;
         self
     }
 

@@ -104,7 +104,7 @@ where
         let reject = |recorder, status, message| {
             let reply = Reply {
                 cutoff: None,
-                ctx: DeadlineContext::new(None, settings.reserve, arrival),
+                ctx: Some(DeadlineContext::new(None, settings.reserve, arrival)),
                 settings: settings.clone(),
                 recorder: Some(recorder),
                 caller,
@@ -132,12 +132,20 @@ where
         }
 
         let deadline: Option<Deadline> = budget.map(|b| b.deadline(time::to_std(arrival)));
-        #[cfg(not(feature = "otel"))]
-        let ctx = DeadlineContext::new(deadline, settings.reserve, arrival);
+        // A request without a budget, whose answer shows no trace, runs without a context when
+        // the layer is told so and nothing else needs one (see `context_without_budget`).
+        let needs_context =
+            settings.context_without_budget || deadline.is_some() || expose || settings.extensions;
         #[cfg(feature = "otel")]
-        let ctx = DeadlineContext::new(deadline, settings.reserve, arrival)
-            .with_span(recorder.span_context());
-        let cutoff = ctx.cutoff();
+        let needs_context = needs_context || recorder.span_context().is_valid();
+        #[cfg(not(feature = "otel"))]
+        let ctx = needs_context.then(|| DeadlineContext::new(deadline, settings.reserve, arrival));
+        #[cfg(feature = "otel")]
+        let ctx = needs_context.then(|| {
+            DeadlineContext::new(deadline, settings.reserve, arrival)
+                .with_span(recorder.span_context())
+        });
+        let cutoff = ctx.as_ref().and_then(DeadlineContext::cutoff);
         if let Some(cutoff) = cutoff {
             if cutoff.is_expired(time::to_std(arrival)) {
                 let message = format!(
@@ -151,14 +159,15 @@ where
             }
         }
 
-        if settings.extensions {
+        if let (true, Some(ctx)) = (settings.extensions, &ctx) {
             let extensions = request.extensions_mut();
             extensions.insert(ctx.clone());
             if let Some(deadline) = deadline {
                 extensions.insert(deadline);
             }
         }
-        let work = ctx.clone().scoped(self.inner.clone().oneshot(request));
+        let work =
+            DeadlineContext::scoped_or_none(ctx.clone(), self.inner.clone().oneshot(request));
         let reply = Reply {
             cutoff: cutoff.map(time::to_tokio),
             ctx,

@@ -42,6 +42,10 @@ pub(crate) struct HopSettings {
     pub(super) exposure: TraceExposure,
     /// Whether each request's context and deadline go in its extensions too.
     pub(super) extensions: bool,
+    /// Whether a request without a budget, whose answer does not show this hop's trace, still
+    /// gets a context (see [`EnforceDeadlineLayer::context_without_budget`](
+    /// super::EnforceDeadlineLayer::context_without_budget)).
+    pub(super) context_without_budget: bool,
     pub(super) on_hold: Option<HoldHook>,
     pub(super) metrics: HoldMetrics,
     pub(super) prometheus: crate::metrics_hook::HopHook,

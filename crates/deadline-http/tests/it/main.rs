@@ -1,5 +1,6 @@
 //! Integration tests of the layers: middleware on paused time, HTTP in memory, real loopback.
 
+mod context_without_budget;
 mod dialects;
 mod enforce;
 mod exposure;
