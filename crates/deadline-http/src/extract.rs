@@ -116,8 +116,9 @@ impl IntoResponse for MissingDeadline {
 }
 
 /// The whole request context (deadline, reserve, arrival, trace), with or without a deadline.
-/// Rejects with [`MissingContext`] (a 500) when the enforce layer is not in front of the
-/// handler; extract `Option<DeadlineContext>` to accept that.
+/// Rejects with [`MissingContext`] (a 500) when the request has none (the enforce layer is not
+/// in front of the handler, or ran the request without one); extract `Option<DeadlineContext>`
+/// to accept that.
 impl<S> FromRequestParts<S> for DeadlineContext
 where
     S: Send + Sync,
@@ -154,14 +155,19 @@ fn context_of(parts: &Parts) -> Option<DeadlineContext> {
 }
 
 /// Rejection of the [`DeadlineContext`] extractor: the enforce layer did not run for this
-/// request, a server setup mistake. Answers 500.
+/// request (a server setup mistake), or ran it without a context because it sent no budget
+/// and the layer was told so ([`context_without_budget`](
+/// crate::EnforceDeadlineLayer::context_without_budget)). Answers 500.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MissingContext;
 
 impl fmt::Display for MissingContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("no deadline context: the enforce layer is not in front of this handler")
+        f.write_str(
+            "no deadline context: the enforce layer is not in front of this handler, or it ran \
+             this request without one (context_without_budget(false) and no budget)",
+        )
     }
 }
 

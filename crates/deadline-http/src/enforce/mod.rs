@@ -23,6 +23,8 @@
 //!    extractors pick up what is left of the budget), racing it against the same cutoff. With
 //!    [`request_extensions`](EnforceDeadlineLayer::request_extensions) on, the context and the
 //!    [`Deadline`](deadline::Deadline) go in the request extensions too, for code that reads them there.
+//!    (With [`context_without_budget(false)`](EnforceDeadlineLayer::context_without_budget), a
+//!    request that sent no budget and is shown no trace runs without a context instead.)
 //!    When the cutoff wins, the inner future is **dropped** (its work stops at its current
 //!    await point, and its outbound calls with it) and the layer answers **504** with what the
 //!    hop was doing: `deadline exceeded at inventory while calling orders: budget 600 ms,

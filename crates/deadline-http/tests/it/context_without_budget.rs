@@ -98,6 +98,81 @@ async fn a_budget_or_a_shown_trace_keeps_the_context() {
 }
 
 #[tokio::test]
+async fn a_grpc_timeout_is_a_budget_and_keeps_the_context() {
+    let (off, _) = lean(TraceExposure::Off);
+    let grpc = [("content-type", "application/grpc"), ("grpc-timeout", "2S")];
+    assert_eq!(seen(&off, &grpc).await, "deadline");
+    // A gRPC request without its timeout has no budget.
+    assert_eq!(seen(&off, &grpc[..1]).await, "none");
+}
+
+#[tokio::test]
+async fn a_trusted_caller_is_shown_the_trace_and_keeps_the_context() {
+    let trusted = TraceExposure::trusted(|headers, _| headers.contains_key("x-internal-caller"));
+    let (layer, _) = lean(trusted);
+    assert_eq!(
+        seen(&layer, &[("x-internal-caller", "1")]).await,
+        "no deadline +trace"
+    );
+    assert_eq!(seen(&layer, &[]).await, "none");
+}
+
+/// The server span of a request is the parent of its outbound calls' spans: it lives in the
+/// context, which a traced request keeps.
+#[cfg(feature = "otel")]
+#[tokio::test]
+async fn an_opentelemetry_server_span_keeps_the_context() {
+    use deadline_http::otel::Tracing;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let (traced, _) = lean(TraceExposure::Off);
+    let traced = traced.tracing(Tracing::provider(&provider));
+    assert_eq!(seen(&traced, &[]).await, "no deadline");
+    let (untraced, _) = lean(TraceExposure::Off);
+    let untraced = untraced.tracing(Tracing::off());
+    assert_eq!(seen(&untraced, &[]).await, "none");
+}
+
+/// The layer's own 503, for a request refused because every slot is busy and the queue is
+/// full, is made without a context too.
+#[tokio::test(start_paused = true)]
+async fn a_request_without_a_context_is_refused_when_the_queue_is_full() {
+    let (layer, holds) = lean(TraceExposure::Off);
+    let service =
+        layer
+            .slots(1)
+            .max_queue(0)
+            .layer(service_fn(|_request: Request<String>| async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<_, Infallible>(Response::new(String::from("done")))
+            }));
+    let call = || {
+        let request = Request::get("/").body(String::new()).expect("a request");
+        service.clone().oneshot(request)
+    };
+    let (first, second) = tokio::join!(call(), call());
+    let first = first.expect("infallible");
+    let second = second.expect("infallible");
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(!second.headers().contains_key("deadline-trace"));
+    // The holds are reported as the answers are written.
+    assert_eq!(text(first).await, "done");
+    text(second).await;
+    let outcomes: Vec<HoldOutcome> = holds
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|hold| hold.outcome)
+        .collect();
+    assert_eq!(outcomes, [HoldOutcome::Ok, HoldOutcome::Shed]);
+}
+
+#[tokio::test]
 async fn by_default_a_request_without_a_budget_has_a_context() {
     for exposure in [TraceExposure::Budgeted, TraceExposure::Off] {
         let layer = EnforceDeadlineLayer::new("edge").trace_exposure(exposure);
