@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use deadline_http::enforce::TraceExposure;
 use deadline_http::{DeadlineContext, EnforceDeadlineLayer, Hold, HoldOutcome};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -24,16 +24,10 @@ async fn seen(layer: &EnforceDeadlineLayer, headers: &[(&'static str, &'static s
         deadline_http::check().expect("no deadline to miss");
         Ok::<_, Infallible>(Response::new(String::from(seen)))
     });
-    let mut request = Request::get("/").body(String::new()).expect("a request");
-    for (name, value) in headers {
-        request
-            .headers_mut()
-            .insert(*name, HeaderValue::from_static(value));
-    }
     let response = layer
         .clone()
         .layer(handler)
-        .oneshot(request)
+        .oneshot(crate::get_with("/", headers))
         .await
         .expect("infallible");
     assert_eq!(response.status(), StatusCode::OK);

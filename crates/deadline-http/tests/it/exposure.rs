@@ -26,18 +26,10 @@ async fn answer(
         }
         Ok::<_, Infallible>(response)
     });
-    let mut request = Request::get(path)
-        .body(String::new())
-        .expect("a valid request");
-    for (name, value) in headers {
-        request
-            .headers_mut()
-            .insert(*name, HeaderValue::from_static(value));
-    }
     let response = layer
         .clone()
         .layer(handler)
-        .oneshot(request)
+        .oneshot(crate::get_with(path, headers))
         .await
         .expect("infallible");
     let has = |name: &str| response.headers().contains_key(name);

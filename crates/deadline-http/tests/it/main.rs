@@ -26,3 +26,16 @@ mod throttle;
 #[cfg(feature = "tls")]
 mod tls;
 mod trace_budgets;
+
+/// A `GET` of `path` with an empty body and `headers`.
+fn get_with(path: &str, headers: &[(&'static str, &'static str)]) -> http::Request<String> {
+    let mut request = http::Request::get(path)
+        .body(String::new())
+        .expect("a valid request");
+    for (name, value) in headers {
+        request
+            .headers_mut()
+            .insert(*name, http::HeaderValue::from_static(value));
+    }
+    request
+}
