@@ -51,7 +51,8 @@ struct Kept {
 }
 
 impl EncodedTrace {
-    /// Checks `value` as [`Trace::decode`] reads it, without allocating.
+    /// Checks `value` as [`Trace::decode`] reads it, keeping where each span's fields are (one
+    /// allocation for a value with spans; no string is copied).
     ///
     /// ```
     /// use deadline_core::trace::EncodedTrace;
