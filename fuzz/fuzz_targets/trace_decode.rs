@@ -21,10 +21,14 @@ use deadline_fuzz::peak_bytes;
 use http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
 
-/// Most bytes a decode may hold at once: each stored span, its name and outcome, with room for
-/// every `Vec` of spans to be mid-way through doubling (old and new buffer both live).
+/// Most bytes a decode may hold at once: each stored span, its name and outcome, and the spare
+/// room of the `Vec`s that hold the spans. A non-empty `Vec` of spans has room for at least four
+/// (the standard library's smallest allocation for elements of this size), so a span that is
+/// its parent's only child can take four spans' room: at most 4 per span over all the `Vec`s
+/// (a `Vec` of `n` spans has room for `max(4, 2n)` at most). One more per span covers a `Vec`
+/// mid-way through doubling, its old buffer still live beside the new one.
 const DECODE_ALLOC_BOUND: usize =
-    MAX_SPANS * (3 * size_of::<Span>() + MAX_NAME_LEN + MAX_OUTCOME_LEN + 2 * 16);
+    MAX_SPANS * (5 * size_of::<Span>() + MAX_NAME_LEN + MAX_OUTCOME_LEN + 2 * 16);
 
 fn is_token(token: &str, max_len: usize) -> bool {
     (1..=max_len).contains(&token.len())
