@@ -77,7 +77,7 @@ impl Recorder {
                 uri: request.uri().clone(),
             })
         });
-        let (method, other_method) = MethodTag::of(request.method());
+        let (method, other_method) = method_parts(request.method());
         let draft = HoldDraft {
             arrival,
             method,
@@ -303,21 +303,12 @@ static STANDARD_METHODS: [Method; 9] = [
     Method::TRACE,
 ];
 
-/// A request's method as an index into [`STANDARD_METHODS`] (one byte instead of a 24-byte
-/// `Method`), or [`MethodTag::OTHER`] with the method boxed beside it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct MethodTag(u8);
-
-impl MethodTag {
-    /// Not one of [`STANDARD_METHODS`]: the draft's `other_method` holds it.
-    const OTHER: MethodTag = MethodTag(u8::MAX);
-
-    /// The tag of `method`, and the method itself boxed when it is not a standard one.
-    fn of(method: &Method) -> (MethodTag, Option<Box<Method>>) {
-        match STANDARD_METHODS.iter().position(|m| m == method) {
-            Some(i) => (MethodTag(i as u8), None),
-            None => (MethodTag::OTHER, Some(Box::new(method.clone()))),
-        }
+/// `method` in one byte, its index in [`STANDARD_METHODS`], and the method itself boxed when it
+/// is not a standard one (the index is then not read).
+fn method_parts(method: &Method) -> (u8, Option<Box<Method>>) {
+    match STANDARD_METHODS.iter().position(|m| m == method) {
+        Some(i) => (i as u8, None),
+        None => (0, Some(Box::new(method.clone()))),
     }
 }
 
@@ -328,12 +319,13 @@ impl MethodTag {
 /// `Option<Instant>` or a `Duration` (16 bytes each), `worked` follows from the work's start and
 /// end, and the service's name comes from the settings: the draft is about half the size of a
 /// `Hold`, which moves with every request. A `u64` of nanoseconds lasts 584 years. The method is
-/// one byte (a [`MethodTag`]) and the budget a `u64` with [`UNSET`] for none, so that the whole
+/// one byte (an index into [`STANDARD_METHODS`]) and the budget a `u64` with [`UNSET`] for none, so that the whole
 /// recorder stays within 128 bytes, which the compiler moves with a few vector stores instead of
 /// a call to `memcpy` (on x86-64 with the default target features; a test holds the size).
 struct HoldDraft {
     arrival: Instant,
-    method: MethodTag,
+    /// The method's index in [`STANDARD_METHODS`], read only when `other_method` is `None`.
+    method: u8,
     /// The method when it is not one of [`STANDARD_METHODS`].
     other_method: Option<Box<Method>>,
     /// The budget the caller sent, in ms (0 for a spent one), or [`UNSET`] for none.
@@ -357,7 +349,7 @@ impl HoldDraft {
     fn method(&self) -> &Method {
         match &self.other_method {
             Some(method) => method,
-            None => &STANDARD_METHODS[usize::from(self.method.0)],
+            None => &STANDARD_METHODS[usize::from(self.method)],
         }
     }
 
