@@ -1,8 +1,10 @@
 //! The attempt rebuilding: the request each attempt sends, made from the call's original.
 
+use bytes::Bytes;
+use deadline::decimal::Decimal;
 use deadline::plan::retry::is_idempotent;
-use deadline::{Budget, Deadline};
-use http::{HeaderName, Request};
+use deadline::{BUDGET_HEADER, Budget, Deadline};
+use http::{HeaderName, HeaderValue, Request};
 use tokio::time::Instant;
 
 use super::dialects::DialectSet;
@@ -67,15 +69,33 @@ impl<B: Clone> AttemptRequests<B> {
     /// The request of the `sent`-th attempt, with `budget`: a copy, or the original itself for
     /// the last attempt allowed (a request sent once, such as a `POST`, is never copied).
     /// `None` once the original is gone, which [`plan`](Self::plan) already rules out.
+    ///
+    /// When the original's header map has room for one more header, `Deadline-Budget-Ms` is
+    /// written into it before it is copied, not into the copy: a copied header map has room for
+    /// exactly the headers it copied, so adding one to it would allocate again (the next
+    /// attempt overwrites the original's anyway). The value is made to be shared (see
+    /// [`budget_value`]). A map with no room (a request with no headers at all has no map yet)
+    /// is copied first and the copy gets the header: writing into the original would allocate
+    /// it, and its copy too. The headers only some calls write (`grpc-timeout`, the dialects)
+    /// go into the attempt's own request: their values would each cost an allocation when
+    /// copied.
     pub(super) fn next(&mut self, sent: u32, budget: Option<Budget>) -> Option<Request<B>> {
-        let original = self.original.take()?;
+        let mut original = self.original.take()?;
+        let before_copy = original.headers().capacity() > original.headers().len();
+        if before_copy {
+            set_budget_header(&mut original, budget.map(budget_value));
+        }
         let mut attempt = if self.is_last(sent) {
-            into_attempt(original, budget, self.explicit)
+            into_attempt(original, self.explicit)
         } else {
-            let copy = rebuild(&original, budget, self.explicit);
+            let copy = rebuild(&original, self.explicit);
             self.original = Some(original);
             copy
         };
+        if !before_copy {
+            set_budget_header(&mut attempt, budget.map(Budget::to_header_value));
+        }
+        super::grpc::set_timeout(&mut attempt, budget);
         self.dialects.write(attempt.headers_mut(), budget);
         Some(attempt)
     }
@@ -131,20 +151,15 @@ fn may_retry<B>(request: &Request<B>) -> bool {
     is_idempotent(request.method()) || request.headers().contains_key(IDEMPOTENCY_KEY)
 }
 
-/// The request for one attempt: the original's method, URI, version, headers and a clone of its
-/// body, with `Deadline-Budget-Ms` set to `budget` or removed. Extensions are not copied, except
-/// an explicit deadline.
-fn rebuild<B: Clone>(
-    original: &Request<B>,
-    budget: Option<Budget>,
-    explicit: Option<Deadline>,
-) -> Request<B> {
+/// The request for one attempt: the original's method, URI, version, headers and a clone of
+/// its body. Extensions are not copied, except an explicit
+/// deadline.
+fn rebuild<B: Clone>(original: &Request<B>, explicit: Option<Deadline>) -> Request<B> {
     let mut request = Request::new(original.body().clone());
     *request.method_mut() = original.method().clone();
     *request.uri_mut() = original.uri().clone();
     *request.version_mut() = original.version();
     *request.headers_mut() = original.headers().clone();
-    set_budget(&mut request, budget);
     if let Some(deadline) = explicit {
         request.extensions_mut().insert(deadline);
     }
@@ -152,14 +167,8 @@ fn rebuild<B: Clone>(
 }
 
 /// The original request made the attempt's, as [`rebuild`] would copy it: the same parts, its
-/// `Deadline-Budget-Ms` set to `budget` or removed, its extensions cleared except an explicit
-/// deadline.
-fn into_attempt<B>(
-    mut request: Request<B>,
-    budget: Option<Budget>,
-    explicit: Option<Deadline>,
-) -> Request<B> {
-    set_budget(&mut request, budget);
+/// extensions cleared except an explicit deadline.
+fn into_attempt<B>(mut request: Request<B>, explicit: Option<Deadline>) -> Request<B> {
     let extensions = request.extensions_mut();
     extensions.clear();
     if let Some(deadline) = explicit {
@@ -168,11 +177,49 @@ fn into_attempt<B>(
     request
 }
 
-/// Sets the attempt's `Deadline-Budget-Ms` to `budget`, or removes it without one (and, for a
-/// gRPC request, `grpc-timeout` the same way).
+/// Sets the attempt's `Deadline-Budget-Ms` to `budget`, or removes it without one, and for a
+/// gRPC request `grpc-timeout` the same way.
 fn set_budget<B>(request: &mut Request<B>, budget: Option<Budget>) {
     super::grpc::set_timeout(request, budget);
     deadline::header::set_budget(request.headers_mut(), budget);
+}
+
+/// Sets `Deadline-Budget-Ms` to `value` (a budget's), or removes it without one, as
+/// [`deadline::header::set_budget`] does: every value the request came with replaced by one
+/// line.
+fn set_budget_header<B>(request: &mut Request<B>, value: Option<HeaderValue>) {
+    let headers = request.headers_mut();
+    match value {
+        Some(value) => {
+            headers.insert(BUDGET_HEADER, value);
+        }
+        None => {
+            headers.remove(BUDGET_HEADER);
+        }
+    }
+}
+
+/// `budget` as a `Deadline-Budget-Ms` value that is copied with the request for free.
+///
+/// When the budget is written into the call's original request, each attempt copies it. A value
+/// made the usual way ([`Budget::to_header_value`]) holds its bytes in a plain vector, and the
+/// first copy of it moves them into a shared allocation: a second allocation for one header.
+/// This one is made shared from the start (one allocation, holding the digits), so copies only
+/// count references. A value that is not copied is made the usual way, which costs a little
+/// less.
+fn budget_value(budget: Budget) -> HeaderValue {
+    let digits = Bytes::from_owner(Digits(Decimal::new(budget.as_millis())));
+    // ASCII digits only: always a valid value, so the fallback is never taken.
+    HeaderValue::from_maybe_shared(digits).unwrap_or_else(|_| budget.to_header_value())
+}
+
+/// A budget's digits, owned by the `Bytes` of its header value.
+struct Digits(Decimal);
+
+impl AsRef<[u8]> for Digits {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 /// The downstream's name when none was configured: the request URI's host and port, without
@@ -187,7 +234,6 @@ pub(super) fn authority_name<B>(request: &Request<B>) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use deadline::BUDGET_HEADER;
     use http::Method;
 
     fn request(method: Method) -> Request<()> {
@@ -217,10 +263,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn rebuild_copies_the_request_but_not_its_extensions() {
+    /// A request with two stale budget headers and an extension, as a caller might hand it
+    /// over.
+    fn original(method: Method) -> Request<String> {
         let mut original = Request::builder()
-            .method(Method::PUT)
+            .method(method)
             .uri("http://inventory:8080/items?id=7")
             .version(http::Version::HTTP_10)
             .header("x-request-id", "r1")
@@ -229,21 +276,46 @@ mod tests {
             .body("body".to_owned())
             .unwrap();
         original.extensions_mut().insert(7u8);
-        let copy = rebuild(&original, Budget::from_millis(950), None);
+        original
+    }
+
+    #[test]
+    fn each_attempt_copies_the_request_but_not_its_extensions() {
+        let mut requests = AttemptRequests::new(original(Method::PUT), 3, None);
+        let copy = requests.next(1, Budget::from_millis(950)).unwrap();
         assert_eq!(copy.method(), Method::PUT);
-        assert_eq!(copy.uri(), original.uri());
+        assert_eq!(copy.uri(), "http://inventory:8080/items?id=7");
         assert_eq!(copy.version(), http::Version::HTTP_10);
         assert_eq!(copy.body(), "body");
         assert_eq!(copy.headers()["x-request-id"], "r1");
         let budgets: Vec<_> = copy.headers().get_all(BUDGET_HEADER).iter().collect();
         assert_eq!(budgets, ["950"]);
         assert_eq!(copy.extensions().get::<u8>(), None);
+        assert!(requests.original().is_some());
 
-        let copy = rebuild(&original, None, None);
+        let copy = requests.next(2, None).unwrap();
         assert!(!copy.headers().contains_key(BUDGET_HEADER));
+        let last = requests.next(3, Budget::from_millis(20)).unwrap();
+        let budgets: Vec<_> = last.headers().get_all(BUDGET_HEADER).iter().collect();
+        assert_eq!(budgets, ["20"]);
+        assert!(requests.original().is_none());
+        assert!(requests.next(4, None).is_none());
     }
 
-    /// The last attempt moves the original instead of copying it: it must leave as the copy
+    /// A request with no headers (no header map yet) gets its budget in each attempt's copy
+    /// and, for the last, in itself, once.
+    #[test]
+    fn a_request_without_headers_gets_its_budget_all_the_same() {
+        let mut requests = AttemptRequests::new(Request::new(String::new()), 2, None);
+        let copy = requests.next(1, Budget::from_millis(950)).unwrap();
+        assert_eq!(copy.headers()[BUDGET_HEADER], "950");
+        assert!(requests.original().unwrap().headers().is_empty());
+        let last = requests.next(2, Budget::from_millis(20)).unwrap();
+        let budgets: Vec<_> = last.headers().get_all(BUDGET_HEADER).iter().collect();
+        assert_eq!(budgets, ["20"]);
+    }
+
+    /// The last attempt moves the original instead of copying it: it must leave as a copy
     /// would have.
     #[test]
     fn the_moved_original_is_the_copy_it_replaces() {
@@ -252,24 +324,60 @@ mod tests {
             std::time::Duration::from_secs(1),
         );
         for budget in [Budget::from_millis(950), None] {
-            let mut original = Request::builder()
-                .method(Method::POST)
-                .uri("http://inventory:8080/items")
-                .header("x-request-id", "r1")
-                .header(BUDGET_HEADER, "99999")
-                .header(BUDGET_HEADER, "88888")
-                .body("body".to_owned())
-                .unwrap();
-            original.extensions_mut().insert(7u8);
-            let copy = rebuild(&original, budget, Some(explicit));
-            let moved = into_attempt(original, budget, Some(explicit));
+            let mut requests = AttemptRequests::new(original(Method::PUT), 2, Some(explicit));
+            let copy = requests.next(1, budget).unwrap();
+            let moved = requests.next(2, budget).unwrap();
             assert_eq!(moved.method(), copy.method());
             assert_eq!(moved.uri(), copy.uri());
             assert_eq!(moved.version(), copy.version());
             assert_eq!(moved.headers(), copy.headers());
             assert_eq!(moved.body(), copy.body());
             assert_eq!(moved.extensions().get::<u8>(), None);
+            assert_eq!(copy.extensions().get::<Deadline>(), Some(&explicit));
             assert_eq!(moved.extensions().get::<Deadline>(), Some(&explicit));
+        }
+        // A POST is sent once: its one attempt is the original itself.
+        let mut requests = AttemptRequests::new(original(Method::POST), 3, None);
+        assert_eq!(requests.allowed(), 1);
+        let only = requests.next(1, Budget::from_millis(950)).unwrap();
+        assert_eq!(only.headers().get_all(BUDGET_HEADER).iter().count(), 1);
+        assert_eq!(only.extensions().get::<u8>(), None);
+        assert!(requests.original().is_none());
+    }
+
+    /// A gRPC call's attempts carry `grpc-timeout` beside `Deadline-Budget-Ms`, each its own
+    /// attempt's budget, and lose both when the planner gives an attempt no budget.
+    #[test]
+    fn a_grpc_attempt_tells_its_budget_in_both_headers() {
+        let grpc = Request::builder()
+            .method(Method::POST)
+            .uri("http://inventory:8080/stock.Stock/Get")
+            .header("content-type", "application/grpc")
+            .header(IDEMPOTENCY_KEY, "k1")
+            .header("grpc-timeout", "99S")
+            .body(String::new())
+            .unwrap();
+        let mut requests = AttemptRequests::new(grpc, 3, None);
+        let first = requests.next(1, Budget::from_millis(950)).unwrap();
+        assert_eq!(first.headers()[BUDGET_HEADER], "950");
+        assert_eq!(first.headers()["grpc-timeout"], "950000u");
+        let second = requests.next(2, None).unwrap();
+        assert!(!second.headers().contains_key(BUDGET_HEADER));
+        assert!(!second.headers().contains_key("grpc-timeout"));
+        let last = requests.next(3, Budget::from_millis(20)).unwrap();
+        assert_eq!(last.headers()[BUDGET_HEADER], "20");
+        assert_eq!(last.headers()["grpc-timeout"], "20000000n");
+        assert_eq!(last.headers().get_all("grpc-timeout").iter().count(), 1);
+    }
+
+    /// The shared value says what the core's value says, for any budget.
+    #[test]
+    fn the_shared_budget_value_is_the_budget() {
+        for ms in [1, 9, 10, 950, 86_400_000, u64::MAX] {
+            let budget = Budget::from_millis(ms).unwrap();
+            let value = budget_value(budget);
+            assert_eq!(value, budget.to_header_value(), "{ms}");
+            assert_eq!(value.to_str().unwrap(), ms.to_string());
         }
     }
 
