@@ -116,7 +116,11 @@ where
             .retries
             .hedge_for(&self.request, &self.policy, repeatable)
         {
-            return self.run_hedged(delay).await;
+            // Boxed apart: held inline, the hedged loop's state sat beside the plain loop's in
+            // every call's future (6,336 bytes against 4,176 boxed apart, every feature on),
+            // all of it copied into the call's box and at each move. A hedged call pays one
+            // allocation more; it already makes one per attempt in flight.
+            return Box::pin(self.run_hedged(delay)).await;
         }
         let Call {
             mut inner,

@@ -23,7 +23,8 @@ type BoxFuture<RB> =
 /// It is a boxed `async` block: the attempt loop holds a clone of the inner service, the
 /// request, the planner and the trace recorder across awaits, which is much clearer as
 /// `async` code than as a hand-written state machine. The allocation is one per call, not per
-/// attempt; the `propagate` benchmark measures the layer's whole cost.
+/// attempt (a hedged call boxes its own loop apart, one more); the `propagate` benchmark
+/// measures the layer's whole cost.
 pub struct ResponseFuture<RB> {
     inner: BoxFuture<RB>,
 }
