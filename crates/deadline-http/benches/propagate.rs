@@ -113,9 +113,22 @@ fn in_context_without_deadline(bencher: Bencher<'_, '_>) {
     in_context(bencher, None);
 }
 
+/// As `with_deadline`, under a policy of one attempt: no retry may follow, so the request is
+/// moved into its attempt instead of copied (what a `POST` without an `Idempotency-Key` gets
+/// under any policy).
+#[divan::bench]
+fn with_deadline_one_attempt(bencher: Bencher<'_, '_>) {
+    let policy = CallPolicy::new(Duration::from_secs(1), 1).expect("a valid policy");
+    in_context_with(bencher, Some(Duration::from_secs(3_600)), policy);
+}
+
 fn in_context(bencher: Bencher<'_, '_>, budget: Option<Duration>) {
+    in_context_with(bencher, budget, policy());
+}
+
+fn in_context_with(bencher: Bencher<'_, '_>, budget: Option<Duration>, policy: CallPolicy) {
     let rt = runtime();
-    let service = PropagateDeadline::new(callee(), policy()).target("inventory");
+    let service = PropagateDeadline::new(callee(), policy).target("inventory");
     let context = rt.block_on(async {
         let now = Instant::now();
         let deadline = budget.map(|b| Deadline::after_duration(now.into_std(), b));
