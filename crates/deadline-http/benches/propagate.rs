@@ -1,10 +1,10 @@
 //! What `PropagateDeadline` adds to one outbound call, in process: time and heap allocations.
 //!
 //! The callee is a ready `service_fn` answering at once with a small `Deadline-Trace`, so the
-//! figures are the layer's own work: rebuilding the request, the planner, the budget header, the
-//! per-attempt timer, the boxed future and, inside a context, the activity, checking the
-//! callee's trace (kept as text, not decoded) and recording the call span. Every variant runs one call per iteration on
-//! a current-thread runtime.
+//! figures are the layer's own work: keeping what a retry would need, the planner, the budget
+//! header, the per-attempt timer, the boxed future and, inside a context, the activity, checking
+//! the callee's trace (kept as text, not decoded) and recording the call span. Every variant runs
+//! one call per iteration on a current-thread runtime.
 //!
 //! Allocations are counted with divan's [`AllocProfiler`]: a `#[global_allocator]` wrapper
 //! around the system allocator that counts per thread, shown under each time. It needs no
@@ -113,9 +113,8 @@ fn in_context_without_deadline(bencher: Bencher<'_, '_>) {
     in_context(bencher, None);
 }
 
-/// As `with_deadline`, under a policy of one attempt: no retry may follow, so the request is
-/// moved into its attempt instead of copied (what a `POST` without an `Idempotency-Key` gets
-/// under any policy).
+/// As `with_deadline`, under a policy of one attempt: no retry may follow, so nothing is kept
+/// for one (what a `POST` without an `Idempotency-Key` gets under any policy).
 #[divan::bench]
 fn with_deadline_one_attempt(bencher: Bencher<'_, '_>) {
     let policy = CallPolicy::new(Duration::from_secs(1), 1).expect("a valid policy");

@@ -1,10 +1,9 @@
-//! The attempt rebuilding: the request each attempt sends, made from the call's original.
+//! The request each attempt sends: the caller's own for the first, made again from a packed
+//! recipe of it for each retry.
 
-use bytes::Bytes;
-use deadline::decimal::Decimal;
 use deadline::plan::retry::is_idempotent;
-use deadline::{BUDGET_HEADER, Budget, Deadline};
-use http::{HeaderName, HeaderValue, Request};
+use deadline::{Budget, Deadline};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 use tokio::time::Instant;
 
 use super::dialects::DialectSet;
@@ -14,11 +13,12 @@ use super::target::UNNAMED_TARGET;
 /// its method is not idempotent.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
-/// The call's original request and what each attempt may do with it: copied for every attempt
-/// that another may follow, moved into the last one allowed.
+/// The call's original request and what each attempt may do with it: the first attempt takes
+/// the request itself, and when another attempt may follow it, what that one needs is kept back
+/// first (see [`Recipe`]).
 pub(super) struct AttemptRequests<B> {
-    /// Gone once the last allowed attempt was sent.
-    original: Option<Request<B>>,
+    /// The request, then what later attempts are made from, then nothing.
+    kept: Kept<B>,
     /// Attempts this request may have: one for a request that must not be sent twice.
     allowed: u32,
     /// A deadline set on the request itself, carried by every attempt.
@@ -27,13 +27,23 @@ pub(super) struct AttemptRequests<B> {
     dialects: DialectSet,
 }
 
+/// What a call holds of its request between attempts.
+enum Kept<B> {
+    /// Before the first attempt: the request as the caller made it.
+    Request(Request<B>),
+    /// After an attempt that another may follow: what the next is made from.
+    Recipe(Recipe<B>),
+    /// Taken by the last attempt allowed.
+    Gone,
+}
+
 impl<B: Clone> AttemptRequests<B> {
     /// The attempts of `request` under a policy allowing `attempts`: one for a request that
     /// must not be sent twice.
     pub(super) fn new(request: Request<B>, attempts: u32, explicit: Option<Deadline>) -> Self {
         let allowed = if may_retry(&request) { attempts } else { 1 };
         AttemptRequests {
-            original: Some(request),
+            kept: Kept::Request(request),
             allowed,
             explicit,
             dialects: DialectSet::none(),
@@ -61,44 +71,260 @@ impl<B: Clone> AttemptRequests<B> {
         sent >= self.allowed
     }
 
-    /// The original request, until the last allowed attempt takes it.
-    pub(super) fn original(&self) -> Option<&Request<B>> {
-        self.original.as_ref()
+    /// The request's URI, until the last allowed attempt takes it.
+    pub(super) fn uri(&self) -> Option<&Uri> {
+        match &self.kept {
+            Kept::Request(request) => Some(request.uri()),
+            Kept::Recipe(recipe) => Some(&recipe.uri),
+            Kept::Gone => None,
+        }
     }
 
-    /// The request of the `sent`-th attempt, with `budget`: a copy, or the original itself for
-    /// the last attempt allowed (a request sent once, such as a `POST`, is never copied).
-    /// `None` once the original is gone, which [`plan`](Self::plan) already rules out.
+    /// Whether no attempt can be made any more: the last allowed one took the request.
+    pub(super) fn is_spent(&self) -> bool {
+        matches!(self.kept, Kept::Gone)
+    }
+
+    /// The request of the `sent`-th attempt, with `budget`.
     ///
-    /// When the original's header map has room for one more header, `Deadline-Budget-Ms` is
-    /// written into it before it is copied, not into the copy: a copied header map has room for
-    /// exactly the headers it copied, so adding one to it would allocate again (the next
-    /// attempt overwrites the original's anyway). The value is made to be shared (see
-    /// [`budget_value`]). A map with no room (a request with no headers at all has no map yet)
-    /// is copied first and the copy gets the header: writing into the original would allocate
-    /// it, and its copy too. The headers only some calls write (`grpc-timeout`, the dialects)
-    /// go into the attempt's own request: their values would each cost an allocation when
-    /// copied.
+    /// The first attempt is the caller's request itself, its extensions cleared (except an
+    /// explicit deadline); when another attempt may follow, a [`Recipe`] of it is kept first.
+    /// Each later attempt is made from the recipe, the last allowed one taking it. `None` once
+    /// the request is gone, which [`plan`](super::retry::Retries::plan) already rules out, and
+    /// for a header value the recipe cannot make again (see [`PackedHeaders::unpack`]); either
+    /// way no attempt follows.
     pub(super) fn next(&mut self, sent: u32, budget: Option<Budget>) -> Option<Request<B>> {
-        let mut original = self.original.take()?;
-        let before_copy = original.headers().capacity() > original.headers().len();
-        if before_copy {
-            set_budget_header(&mut original, budget.map(budget_value));
-        }
-        let mut attempt = if self.is_last(sent) {
-            into_attempt(original, self.explicit)
+        let last = self.is_last(sent);
+        let attempt = if let Kept::Recipe(recipe) = &self.kept {
+            let attempt = recipe.request(self.explicit, self.dialects.iter().count() + 2);
+            if last || attempt.is_none() {
+                self.kept = Kept::Gone;
+            }
+            attempt
         } else {
-            let copy = rebuild(&original, self.explicit);
-            self.original = Some(original);
-            copy
+            // The recipe is made from the request before the request is moved out.
+            let kept = match &self.kept {
+                Kept::Request(request) if !last => Kept::Recipe(Recipe::of(request)),
+                _ => Kept::Gone,
+            };
+            match std::mem::replace(&mut self.kept, kept) {
+                Kept::Request(request) => Some(into_attempt(request, self.explicit)),
+                _ => None,
+            }
         };
-        if !before_copy {
-            set_budget_header(&mut attempt, budget.map(Budget::to_header_value));
-        }
-        super::grpc::set_timeout(&mut attempt, budget);
+        let mut attempt = attempt?;
+        set_budget(&mut attempt, budget);
         self.dialects.write(attempt.headers_mut(), budget);
         Some(attempt)
     }
+}
+
+/// What an attempt after the first is made from: the request's method, URI, version, a clone
+/// of its body and its header lines packed in one buffer.
+///
+/// # Why the headers are packed, not cloned
+///
+/// Nearly every call ends with its first attempt, yet a call that may be retried has to keep
+/// what a retry would send before the first attempt takes the request (the inner service owns
+/// what it is given). Cloning the `HeaderMap` costs its two allocations (its entries and its
+/// index), and cloning a value or custom name made from a non-static string costs one more each
+/// the first time: its bytes move from their plain buffer into a shared one. Copying the
+/// lines' bytes into one buffer ([`PackedHeaders`]) costs nothing for the lines of most
+/// requests, kept in place in the call's future, and one allocation for longer ones; the map is
+/// made again only for an attempt that is actually sent.
+struct Recipe<B> {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    body: B,
+    headers: PackedHeaders,
+}
+
+impl<B: Clone> Recipe<B> {
+    /// The recipe of `request`'s later attempts.
+    fn of(request: &Request<B>) -> Recipe<B> {
+        Recipe {
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            version: request.version(),
+            body: request.body().clone(),
+            headers: PackedHeaders::pack(request.headers()),
+        }
+    }
+
+    /// An attempt's request, its map with room for `extra` more headers, carrying an explicit
+    /// deadline if there is one. `None` when a value cannot be made again.
+    fn request(&self, explicit: Option<Deadline>, extra: usize) -> Option<Request<B>> {
+        let mut request = Request::new(self.body.clone());
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = self.uri.clone();
+        *request.version_mut() = self.version;
+        *request.headers_mut() = self.headers.unpack(extra)?;
+        if let Some(deadline) = explicit {
+            request.extensions_mut().insert(deadline);
+        }
+        Some(request)
+    }
+}
+
+/// Header lines packed one after another, each as its name's length and its value's length
+/// (LEB128, one byte each below 128), a byte saying whether the value is sensitive, the name
+/// and the value. Up to [`INLINE_LINES`] bytes are kept in place, in the call's future, which is
+/// allocated anyway; more go in one allocation sized to fit.
+struct PackedHeaders {
+    storage: Storage,
+    /// Names packed (a name's further values are not counted): the entries a map of them holds.
+    names: usize,
+}
+
+/// Room for the packed lines of most outbound requests (`x-request-id` with a UUID, `accept`,
+/// `traceparent` and `content-type` take about 180 bytes) without an allocation of their own.
+const INLINE_LINES: usize = 256;
+
+/// Where packed lines are kept.
+// In place on purpose: the point is that the lines need no allocation of their own.
+#[allow(clippy::large_enum_variant)]
+enum Storage {
+    /// In place: the first `len` bytes.
+    Inline {
+        bytes: [u8; INLINE_LINES],
+        len: usize,
+    },
+    /// Lines too long to keep in place.
+    Heap(Vec<u8>),
+}
+
+impl PackedHeaders {
+    /// The lines of `headers`, in the order the map gives them.
+    fn pack(headers: &HeaderMap) -> PackedHeaders {
+        let size: usize = headers
+            .iter()
+            .map(|(name, value)| {
+                let name = name.as_str().len();
+                leb128_len(name) + leb128_len(value.len()) + 1 + name + value.len()
+            })
+            .sum();
+        let storage = if size <= INLINE_LINES {
+            let mut bytes = [0; INLINE_LINES];
+            let mut at = 0;
+            let mut put = |part: &[u8]| {
+                if let Some(slot) = bytes.get_mut(at..at + part.len()) {
+                    slot.copy_from_slice(part);
+                }
+                at += part.len();
+            };
+            pack_lines(headers, &mut put);
+            debug_assert_eq!(at, size, "the lines take the room they were sized for");
+            Storage::Inline {
+                bytes,
+                len: at.min(INLINE_LINES),
+            }
+        } else {
+            let mut bytes = Vec::with_capacity(size);
+            pack_lines(headers, &mut |part| bytes.extend_from_slice(part));
+            debug_assert_eq!(
+                bytes.len(),
+                size,
+                "the lines take the room they were sized for"
+            );
+            Storage::Heap(bytes)
+        };
+        PackedHeaders {
+            storage,
+            names: headers.keys_len(),
+        }
+    }
+
+    /// The packed bytes.
+    fn bytes(&self) -> &[u8] {
+        match &self.storage {
+            Storage::Inline { bytes, len } => bytes.get(..*len).unwrap_or_default(),
+            Storage::Heap(bytes) => bytes,
+        }
+    }
+
+    /// The map again, with room for `extra` more headers (when the map's limit allows it).
+    /// `None` if a name or value is not one `http` accepts: it accepted each of them once, when
+    /// it was made, and makes the same check again here (only a value built with its `unsafe`
+    /// unchecked constructor can fail it).
+    fn unpack(&self, extra: usize) -> Option<HeaderMap> {
+        let mut headers = HeaderMap::try_with_capacity(self.names.saturating_add(extra))
+            .or_else(|_| HeaderMap::try_with_capacity(self.names))
+            .unwrap_or_default();
+        let mut rest = self.bytes();
+        while !rest.is_empty() {
+            let (name_len, tail) = take_leb128(rest)?;
+            let (value_len, tail) = take_leb128(tail)?;
+            let (&sensitive, tail) = tail.split_first()?;
+            let (name, tail) = tail.split_at_checked(name_len)?;
+            let (value, tail) = tail.split_at_checked(value_len)?;
+            let name = HeaderName::from_bytes(name).ok()?;
+            let mut value = HeaderValue::from_bytes(value).ok()?;
+            value.set_sensitive(sensitive != 0);
+            headers.append(name, value);
+            rest = tail;
+        }
+        Some(headers)
+    }
+}
+
+/// Writes each line of `headers` through `put`, in parts.
+fn pack_lines(headers: &HeaderMap, put: &mut impl FnMut(&[u8])) {
+    for (name, value) in headers {
+        let name = name.as_str().as_bytes();
+        let (head, len) = leb128(name.len());
+        put(head.get(..len).unwrap_or_default());
+        let (head, len) = leb128(value.len());
+        put(head.get(..len).unwrap_or_default());
+        put(&[u8::from(value.is_sensitive())]);
+        put(name);
+        put(value.as_bytes());
+    }
+}
+
+/// The most bytes a `usize` takes in LEB128.
+const LEB128_MAX: usize = (usize::BITS as usize).div_ceil(7);
+
+/// `n` in LEB128: seven bits a byte, lowest first, the top bit set on every byte but the last.
+fn leb128(mut n: usize) -> ([u8; LEB128_MAX], usize) {
+    let mut out = [0; LEB128_MAX];
+    let mut len = 0;
+    for slot in &mut out {
+        let low = (n & 0x7f) as u8;
+        n >>= 7;
+        len += 1;
+        if n == 0 {
+            *slot = low;
+            break;
+        }
+        *slot = low | 0x80;
+    }
+    (out, len)
+}
+
+/// How many bytes `n` takes in LEB128.
+fn leb128_len(n: usize) -> usize {
+    leb128(n).1
+}
+
+/// A LEB128 number from the front of `bytes`, and what follows it; `None` for one cut short or
+/// too large for a `usize`.
+fn take_leb128(bytes: &[u8]) -> Option<(usize, &[u8])> {
+    let mut n: usize = 0;
+    for (i, &byte) in bytes.iter().enumerate().take(LEB128_MAX) {
+        let bits = usize::from(byte & 0x7f);
+        let shift = u32::try_from(7 * i).ok()?;
+        let shifted = bits.checked_shl(shift)?;
+        // Bits shifted past the top: the number does not fit.
+        if shifted >> shift != bits {
+            return None;
+        }
+        n |= shifted;
+        if byte & 0x80 == 0 {
+            return Some((n, bytes.get(i + 1..)?));
+        }
+    }
+    None
 }
 
 /// An attempt's budget as planned, carried in its request's extensions to a client that
@@ -151,23 +377,8 @@ fn may_retry<B>(request: &Request<B>) -> bool {
     is_idempotent(request.method()) || request.headers().contains_key(IDEMPOTENCY_KEY)
 }
 
-/// The request for one attempt: the original's method, URI, version, headers and a clone of
-/// its body. Extensions are not copied, except an explicit
-/// deadline.
-fn rebuild<B: Clone>(original: &Request<B>, explicit: Option<Deadline>) -> Request<B> {
-    let mut request = Request::new(original.body().clone());
-    *request.method_mut() = original.method().clone();
-    *request.uri_mut() = original.uri().clone();
-    *request.version_mut() = original.version();
-    *request.headers_mut() = original.headers().clone();
-    if let Some(deadline) = explicit {
-        request.extensions_mut().insert(deadline);
-    }
-    request
-}
-
-/// The original request made the attempt's, as [`rebuild`] would copy it: the same parts, its
-/// extensions cleared except an explicit deadline.
+/// The caller's request made the attempt's, as a [`Recipe`] makes the others: the same parts,
+/// its extensions cleared except an explicit deadline.
 fn into_attempt<B>(mut request: Request<B>, explicit: Option<Deadline>) -> Request<B> {
     let extensions = request.extensions_mut();
     extensions.clear();
@@ -184,48 +395,10 @@ fn set_budget<B>(request: &mut Request<B>, budget: Option<Budget>) {
     deadline::header::set_budget(request.headers_mut(), budget);
 }
 
-/// Sets `Deadline-Budget-Ms` to `value` (a budget's), or removes it without one, as
-/// [`deadline::header::set_budget`] does: every value the request came with replaced by one
-/// line.
-fn set_budget_header<B>(request: &mut Request<B>, value: Option<HeaderValue>) {
-    let headers = request.headers_mut();
-    match value {
-        Some(value) => {
-            headers.insert(BUDGET_HEADER, value);
-        }
-        None => {
-            headers.remove(BUDGET_HEADER);
-        }
-    }
-}
-
-/// `budget` as a `Deadline-Budget-Ms` value that is copied with the request for free.
-///
-/// When the budget is written into the call's original request, each attempt copies it. A value
-/// made the usual way ([`Budget::to_header_value`]) holds its bytes in a plain vector, and the
-/// first copy of it moves them into a shared allocation: a second allocation for one header.
-/// This one is made shared from the start (one allocation, holding the digits), so copies only
-/// count references. A value that is not copied is made the usual way, which costs a little
-/// less.
-fn budget_value(budget: Budget) -> HeaderValue {
-    let digits = Bytes::from_owner(Digits(Decimal::new(budget.as_millis())));
-    // ASCII digits only: always a valid value, so the fallback is never taken.
-    HeaderValue::from_maybe_shared(digits).unwrap_or_else(|_| budget.to_header_value())
-}
-
-/// A budget's digits, owned by the `Bytes` of its header value.
-struct Digits(Decimal);
-
-impl AsRef<[u8]> for Digits {
-    fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
-}
-
 /// The downstream's name when none was configured: the request URI's host and port, without
 /// any `user:password@` (the name goes in traces, metrics labels and logs).
-pub(super) fn authority_name<B>(request: &Request<B>) -> &str {
-    request.uri().authority().map_or(UNNAMED_TARGET, |a| {
+pub(super) fn authority_name(uri: &Uri) -> &str {
+    uri.authority().map_or(UNNAMED_TARGET, |a| {
         let text = a.as_str();
         text.rsplit_once('@').map_or(text, |(_, host)| host)
     })
@@ -234,7 +407,7 @@ pub(super) fn authority_name<B>(request: &Request<B>) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::Method;
+    use deadline::BUDGET_HEADER;
 
     fn request(method: Method) -> Request<()> {
         Request::builder().method(method).body(()).unwrap()
@@ -280,69 +453,209 @@ mod tests {
     }
 
     #[test]
-    fn each_attempt_copies_the_request_but_not_its_extensions() {
+    fn each_attempt_is_the_request_but_not_its_extensions() {
         let mut requests = AttemptRequests::new(original(Method::PUT), 3, None);
-        let copy = requests.next(1, Budget::from_millis(950)).unwrap();
-        assert_eq!(copy.method(), Method::PUT);
-        assert_eq!(copy.uri(), "http://inventory:8080/items?id=7");
-        assert_eq!(copy.version(), http::Version::HTTP_10);
-        assert_eq!(copy.body(), "body");
-        assert_eq!(copy.headers()["x-request-id"], "r1");
-        let budgets: Vec<_> = copy.headers().get_all(BUDGET_HEADER).iter().collect();
+        let first = requests.next(1, Budget::from_millis(950)).unwrap();
+        assert_eq!(first.method(), Method::PUT);
+        assert_eq!(first.uri(), "http://inventory:8080/items?id=7");
+        assert_eq!(first.version(), http::Version::HTTP_10);
+        assert_eq!(first.body(), "body");
+        assert_eq!(first.headers()["x-request-id"], "r1");
+        let budgets: Vec<_> = first.headers().get_all(BUDGET_HEADER).iter().collect();
         assert_eq!(budgets, ["950"]);
-        assert_eq!(copy.extensions().get::<u8>(), None);
-        assert!(requests.original().is_some());
+        assert_eq!(first.extensions().get::<u8>(), None);
+        assert!(!requests.is_spent());
+        assert_eq!(requests.uri().unwrap(), "http://inventory:8080/items?id=7");
 
-        let copy = requests.next(2, None).unwrap();
-        assert!(!copy.headers().contains_key(BUDGET_HEADER));
+        let second = requests.next(2, None).unwrap();
+        assert!(!second.headers().contains_key(BUDGET_HEADER));
+        assert_eq!(second.headers()["x-request-id"], "r1");
         let last = requests.next(3, Budget::from_millis(20)).unwrap();
         let budgets: Vec<_> = last.headers().get_all(BUDGET_HEADER).iter().collect();
         assert_eq!(budgets, ["20"]);
-        assert!(requests.original().is_none());
+        assert!(requests.is_spent());
+        assert!(requests.uri().is_none());
         assert!(requests.next(4, None).is_none());
     }
 
-    /// A request with no headers (no header map yet) gets its budget in each attempt's copy
-    /// and, for the last, in itself, once.
+    /// A request with no headers (no header map yet) gets its budget in each attempt, once.
     #[test]
     fn a_request_without_headers_gets_its_budget_all_the_same() {
         let mut requests = AttemptRequests::new(Request::new(String::new()), 2, None);
-        let copy = requests.next(1, Budget::from_millis(950)).unwrap();
-        assert_eq!(copy.headers()[BUDGET_HEADER], "950");
-        assert!(requests.original().unwrap().headers().is_empty());
+        let first = requests.next(1, Budget::from_millis(950)).unwrap();
+        assert_eq!(first.headers()[BUDGET_HEADER], "950");
+        assert_eq!(first.headers().len(), 1);
         let last = requests.next(2, Budget::from_millis(20)).unwrap();
         let budgets: Vec<_> = last.headers().get_all(BUDGET_HEADER).iter().collect();
         assert_eq!(budgets, ["20"]);
+        assert_eq!(last.headers().len(), 1);
     }
 
-    /// The last attempt moves the original instead of copying it: it must leave as a copy
-    /// would have.
+    /// The first attempt is the caller's request itself; every later one, made from the
+    /// recipe, must leave as the first did: the same parts, every header line in the same
+    /// order (several values of one name, sensitive values, names `http` knows and others),
+    /// and only an explicit deadline among the extensions.
     #[test]
-    fn the_moved_original_is_the_copy_it_replaces() {
+    fn a_retry_leaves_as_the_first_attempt_did() {
         let explicit = Deadline::after_duration(
             tokio::time::Instant::now().into_std(),
             std::time::Duration::from_secs(1),
         );
+        let mut secret = HeaderValue::from_static("Bearer t0k3n");
+        secret.set_sensitive(true);
+        let mut request = original(Method::PUT);
+        let headers = request.headers_mut();
+        headers.append("accept", HeaderValue::from_static("text/plain"));
+        headers.append("accept", HeaderValue::from_static("application/json"));
+        headers.insert(http::header::AUTHORIZATION, secret);
+        headers.append("x-empty", HeaderValue::from_static(""));
+        headers.append("x-obs-text", HeaderValue::from_bytes(b"caf\xe9").unwrap());
         for budget in [Budget::from_millis(950), None] {
-            let mut requests = AttemptRequests::new(original(Method::PUT), 2, Some(explicit));
-            let copy = requests.next(1, budget).unwrap();
-            let moved = requests.next(2, budget).unwrap();
-            assert_eq!(moved.method(), copy.method());
-            assert_eq!(moved.uri(), copy.uri());
-            assert_eq!(moved.version(), copy.version());
-            assert_eq!(moved.headers(), copy.headers());
-            assert_eq!(moved.body(), copy.body());
-            assert_eq!(moved.extensions().get::<u8>(), None);
-            assert_eq!(copy.extensions().get::<Deadline>(), Some(&explicit));
-            assert_eq!(moved.extensions().get::<Deadline>(), Some(&explicit));
+            let mut requests = AttemptRequests::new(request.clone(), 3, Some(explicit));
+            let first = requests.next(1, budget).unwrap();
+            let second = requests.next(2, budget).unwrap();
+            let last = requests.next(3, budget).unwrap();
+            for retry in [&second, &last] {
+                assert_eq!(retry.method(), first.method());
+                assert_eq!(retry.uri(), first.uri());
+                assert_eq!(retry.version(), first.version());
+                assert_eq!(retry.body(), first.body());
+                let lines = |r: &Request<String>| {
+                    r.headers()
+                        .iter()
+                        .map(|(n, v)| (n.clone(), v.clone(), v.is_sensitive()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(lines(retry), lines(&first));
+                assert_eq!(retry.extensions().get::<u8>(), None);
+                assert_eq!(retry.extensions().get::<Deadline>(), Some(&explicit));
+            }
+            assert!(first.headers()[http::header::AUTHORIZATION].is_sensitive());
+            assert_eq!(first.extensions().get::<Deadline>(), Some(&explicit));
+            assert_eq!(first.extensions().get::<u8>(), None);
         }
-        // A POST is sent once: its one attempt is the original itself.
+        // A POST is sent once: its one attempt is the request itself, and nothing is kept.
         let mut requests = AttemptRequests::new(original(Method::POST), 3, None);
         assert_eq!(requests.allowed(), 1);
         let only = requests.next(1, Budget::from_millis(950)).unwrap();
         assert_eq!(only.headers().get_all(BUDGET_HEADER).iter().count(), 1);
         assert_eq!(only.extensions().get::<u8>(), None);
-        assert!(requests.original().is_none());
+        assert!(requests.is_spent());
+    }
+
+    /// A map's lines as the map gives them, with each value's sensitive flag (a map's own
+    /// `==` looks at neither order nor flags).
+    fn lines(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue, bool)> {
+        headers
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone(), v.is_sensitive()))
+            .collect()
+    }
+
+    /// Packing and unpacking keep every line in order with its flag, kept in place up to the
+    /// room there and on the heap past it, and the map has room for the headers an attempt
+    /// adds.
+    #[test]
+    fn packed_headers_come_back_whole() {
+        let mut headers = HeaderMap::new();
+        let empty = PackedHeaders::pack(&headers);
+        assert!(empty.bytes().is_empty());
+        assert_eq!(lines(&empty.unpack(0).unwrap()), lines(&headers));
+        let mut secret = HeaderValue::from_static("s3cr3t");
+        secret.set_sensitive(true);
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append(http::header::HOST, HeaderValue::from_static("inventory"));
+        headers.append("x-a", secret);
+        // A value of 128 bytes or more: its length takes two bytes.
+        headers.append("x-b", HeaderValue::from_str(&"b".repeat(200)).unwrap());
+        let packed = PackedHeaders::pack(&headers);
+        assert!(matches!(packed.storage, Storage::Inline { .. }));
+        let unpacked = packed.unpack(2).unwrap();
+        assert_eq!(lines(&unpacked), lines(&headers));
+        assert!(unpacked.capacity() >= headers.keys_len() + 2);
+
+        // Exactly the room in place, then one byte more.
+        let used = packed.bytes().len();
+        // Two one-byte lengths (the value is under 128 bytes), the flag and the name.
+        let head = 1 + 1 + 1 + "x-fill".len();
+        let fill = "f".repeat(INLINE_LINES - used - head);
+        assert!(fill.len() < 128);
+        headers.append("x-fill", HeaderValue::from_str(&fill).unwrap());
+        let full = PackedHeaders::pack(&headers);
+        assert!(matches!(full.storage, Storage::Inline { len, .. } if len == INLINE_LINES));
+        assert_eq!(lines(&full.unpack(0).unwrap()), lines(&headers));
+        headers.append("x-c", HeaderValue::from_static(""));
+        let over = PackedHeaders::pack(&headers);
+        let Storage::Heap(bytes) = &over.storage else {
+            panic!("lines longer than the room in place are kept on the heap");
+        };
+        assert_eq!(bytes.len(), INLINE_LINES + 1 + 1 + 1 + "x-c".len());
+        assert_eq!(bytes.len(), bytes.capacity());
+        assert_eq!(lines(&over.unpack(0).unwrap()), lines(&headers));
+        // A buffer cut short is refused, not read past its end.
+        let cut = PackedHeaders {
+            storage: Storage::Heap(bytes[..bytes.len() - 1].to_vec()),
+            names: over.names,
+        };
+        assert!(cut.unpack(0).is_none());
+    }
+
+    /// A map with more values than a map can have names (values of one name do not count
+    /// against that limit) is made again without asking for room it cannot have.
+    #[test]
+    fn a_map_with_many_values_of_one_name_comes_back() {
+        let mut headers = HeaderMap::new();
+        for i in 0..30_000 {
+            headers.append("x-many", HeaderValue::from(i));
+        }
+        let packed = PackedHeaders::pack(&headers);
+        assert_eq!(lines(&packed.unpack(2).unwrap()), lines(&headers));
+    }
+
+    /// The first attempt sends the caller's request itself, not a copy of it; only the recipe
+    /// kept for a retry clones the body.
+    #[test]
+    fn the_first_attempt_is_the_request_itself() {
+        /// A body that counts how many clones away from the caller's it is.
+        #[derive(Debug, PartialEq)]
+        struct Generation(u32);
+        impl Clone for Generation {
+            fn clone(&self) -> Self {
+                Generation(self.0 + 1)
+            }
+        }
+        let request = Request::get("http://inventory/stock")
+            .body(Generation(0))
+            .unwrap();
+        let mut requests = AttemptRequests::new(request, 3, None);
+        assert_eq!(requests.next(1, None).unwrap().body(), &Generation(0));
+        assert_eq!(requests.next(2, None).unwrap().body(), &Generation(2));
+        assert_eq!(requests.next(3, None).unwrap().body(), &Generation(2));
+    }
+
+    /// LEB128 lengths come back as they went in, and one cut short is refused.
+    #[test]
+    fn lengths_come_back_as_written() {
+        for n in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u32::MAX as usize,
+            usize::MAX,
+        ] {
+            let (bytes, len) = leb128(n);
+            assert_eq!(leb128_len(n), len);
+            let mut written = bytes[..len].to_vec();
+            written.push(0xAB);
+            assert_eq!(take_leb128(&written), Some((n, &[0xAB][..])), "{n}");
+            assert_eq!(take_leb128(&bytes[..len - 1]), None, "{n} cut short");
+        }
+        assert_eq!(leb128(127).1, 1);
+        assert_eq!(leb128(128).1, 2);
     }
 
     /// A gRPC call's attempts carry `grpc-timeout` beside `Deadline-Budget-Ms`, each its own
@@ -368,17 +681,6 @@ mod tests {
         assert_eq!(last.headers()[BUDGET_HEADER], "20");
         assert_eq!(last.headers()["grpc-timeout"], "20000000n");
         assert_eq!(last.headers().get_all("grpc-timeout").iter().count(), 1);
-    }
-
-    /// The shared value says what the core's value says, for any budget.
-    #[test]
-    fn the_shared_budget_value_is_the_budget() {
-        for ms in [1, 9, 10, 950, 86_400_000, u64::MAX] {
-            let budget = Budget::from_millis(ms).unwrap();
-            let value = budget_value(budget);
-            assert_eq!(value, budget.to_header_value(), "{ms}");
-            assert_eq!(value.to_str().unwrap(), ms.to_string());
-        }
     }
 
     /// A late stamp takes the time since planning off the budget, in whole milliseconds, and
@@ -414,13 +716,13 @@ mod tests {
             .uri("http://user:secret@inventory:8080/stock")
             .body(())
             .unwrap();
-        assert_eq!(authority_name(&request), "inventory:8080");
+        assert_eq!(authority_name(request.uri()), "inventory:8080");
         let request = Request::builder()
             .uri("http://inventory/stock")
             .body(())
             .unwrap();
-        assert_eq!(authority_name(&request), "inventory");
+        assert_eq!(authority_name(request.uri()), "inventory");
         let request = Request::builder().uri("/stock").body(()).unwrap();
-        assert_eq!(authority_name(&request), UNNAMED_TARGET);
+        assert_eq!(authority_name(request.uri()), UNNAMED_TARGET);
     }
 }

@@ -173,16 +173,18 @@ where
                     return result;
                 }
             };
-            // A 5xx kept from the previous attempt is only returned if none follows it: let it
-            // go (and its connection with it) before the next attempt.
-            drop(last.take());
             if target.is_none() && requests.is_last(plan.sent()) {
-                target = requests.original().map(|r| Arc::from(authority_name(r)));
+                target = requests.uri().map(|uri| Arc::from(authority_name(uri)));
             }
-            // Ruled out by the check before planning; stop as if the attempts were used.
+            // No request when it is gone (ruled out by the check before planning) or a retry's
+            // headers cannot be made again (see `AttemptRequests::next`): the next plan stops,
+            // and the previous attempt's failure is what the call returns.
             let Some(mut attempt_request) = requests.next(plan.sent(), attempt.budget) else {
                 continue;
             };
+            // A 5xx kept from the previous attempt is only returned if none follows it: let it
+            // go (and its connection with it) before the next attempt.
+            drop(last.take());
             metrics.attempt(plan.sent());
             #[cfg_attr(not(feature = "otel"), allow(clippy::let_unit_value, unused_variables))]
             let span = dress.dress(
@@ -271,9 +273,9 @@ pub(super) fn target_name<'a, B: Clone>(
     target: Option<&'a str>,
     requests: &'a AttemptRequests<B>,
 ) -> &'a str {
-    match (target, requests.original()) {
+    match (target, requests.uri()) {
         (Some(target), _) => target,
-        (None, Some(request)) => authority_name(request),
+        (None, Some(uri)) => authority_name(uri),
         (None, None) => UNNAMED_TARGET,
     }
 }
@@ -293,7 +295,7 @@ pub(super) fn start_record<B>(
         }
         (Some(target), None) => (Some(target.name), None),
         (None, Some(context)) => {
-            let name: Arc<str> = Arc::from(authority_name(request));
+            let name: Arc<str> = Arc::from(authority_name(request.uri()));
             let span: Arc<str> = Arc::from(deadline::trace::name::call(&name));
             (
                 Some(name.clone()),

@@ -80,8 +80,9 @@
 //! Before every attempt the planner ([`Plan::next`]) is asked with the current time
 //! (`tokio::time::Instant`, so paused-time tests drive it):
 //!
-//! - **Send**: the request is rebuilt from the original (method, URI, version, headers and a
-//!   clone of the body; extensions are not copied, except a [`Deadline`](deadline::Deadline)), its
+//! - **Send**: the first attempt is the caller's request itself, each later one is made again
+//!   from what was kept of it (method, URI, version, headers and a clone of the body; no
+//!   attempt carries the caller's extensions, except a [`Deadline`](deadline::Deadline)), its
 //!   `Deadline-Budget-Ms` is *set* to the planned budget (replacing any value the request
 //!   arrived with, never appending a second one), or *removed* when the plan has no budget (no
 //!   deadline, or propagation off). The attempt gets at most the planned wait, which never runs

@@ -296,7 +296,7 @@ impl TargetBudget {
 /// The stop when `requests` allows no further attempt (every allowed one was sent, or the
 /// request must not be sent twice).
 fn exhausted<B: Clone>(requests: &AttemptRequests<B>, plan: &Plan) -> Option<PacedDecision> {
-    (requests.is_last(plan.sent()) || requests.original().is_none()).then(|| {
+    (requests.is_last(plan.sent()) || requests.is_spent()).then(|| {
         PacedDecision::Stop(Stop::AttemptsExhausted {
             attempts: requests.allowed(),
         })

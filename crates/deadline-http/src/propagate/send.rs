@@ -41,8 +41,8 @@ pub trait SendAttempt<B>: Clone + Send {
     /// within the attempt's wait, just before [`send`](Self::send).
     fn ready(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
-    /// Sends `request` (the attempt's copy of the call's request, budget headers set) and
-    /// returns the callee's response head.
+    /// Sends `request` (the call's request for the first attempt, made again for a later one;
+    /// budget headers set) and returns the callee's response head.
     fn send(
         &mut self,
         request: Request<B>,

@@ -323,7 +323,7 @@ impl<S> PropagateDeadline<S> {
         // The name a deadline answer's error gives the callee, taken only when one is wanted.
         let answer_target = self.deadline_answers.then(|| match &self.target {
             Some(target) => Arc::clone(&target.name),
-            None => Arc::from(attempt::authority_name(&request)),
+            None => Arc::from(attempt::authority_name(request.uri())),
         });
         #[cfg(feature = "otel")]
         let spans = crate::otel::CallSpans::new(
