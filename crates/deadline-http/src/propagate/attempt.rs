@@ -633,6 +633,37 @@ mod tests {
         assert_eq!(requests.next(3, None).unwrap().body(), &Generation(2));
     }
 
+    proptest::proptest! {
+        /// Any map comes back from its packed lines with the same lines in the same order, each
+        /// with its flag, whether the lines fit in place or not.
+        #[test]
+        fn any_map_comes_back_from_its_packed_lines(
+            input in proptest::collection::vec(
+                (
+                    0..6usize,
+                    proptest::collection::vec(
+                        proptest::prop_oneof![proptest::strategy::Just(b'\t'), 0x20u8..0x7f, 0x80u8..=0xff],
+                        0..300,
+                    ),
+                    proptest::bool::ANY,
+                ),
+                0..12,
+            ),
+        ) {
+            const NAMES: [&str; 6] =
+                ["accept", "x-request-id", "cookie", "x-a", "authorization", "x-long-name-here"];
+            let mut headers = HeaderMap::new();
+            for (name, value, sensitive) in &input {
+                let mut value = HeaderValue::from_bytes(value).unwrap();
+                value.set_sensitive(*sensitive);
+                headers.append(NAMES[*name], value);
+            }
+            let packed = PackedHeaders::pack(&headers);
+            proptest::prop_assert_eq!(packed.names, headers.keys_len());
+            proptest::prop_assert_eq!(lines(&packed.unpack(2).unwrap()), lines(&headers));
+        }
+    }
+
     /// LEB128 lengths come back as they went in, and one cut short is refused.
     #[test]
     fn lengths_come_back_as_written() {

@@ -145,6 +145,106 @@ async fn the_budget_and_request_id_reach_the_server_and_its_trace_comes_back() {
     );
 }
 
+/// What a server saw of one request: method, path, every header line in the order it came
+/// (names lowercased by hyper) and the body.
+type Seen = (String, String, Vec<(String, Vec<u8>)>, Bytes);
+
+/// A retry leaves as its first attempt did: the same method, path, body and header lines, in the
+/// same order (several values of one name, a sensitive value, one long enough that what a retry
+/// is made from does not fit in place), only the budget told again.
+#[tokio::test]
+async fn a_retry_sends_what_the_first_attempt_sent() {
+    use http_body_util::BodyExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let (seen_tx, mut seen_rx) = mpsc::unbounded_channel::<Seen>();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let addr = serve(move |request: Request<Incoming>| {
+        let seen_tx = seen_tx.clone();
+        let answered = Arc::clone(&answered);
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let lines = parts
+                .headers
+                .iter()
+                .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+                .collect();
+            let path = parts.uri.path().to_owned();
+            let _ = seen_tx.send((parts.method.to_string(), path, lines, body));
+            // The first answer fails (a 503 is retried); the next succeeds.
+            let status = if answered.fetch_add(1, Ordering::SeqCst) == 0 {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            };
+            let mut response = Response::new(Full::new(Bytes::new()));
+            *response.status_mut() = status;
+            Ok(response)
+        }
+    })
+    .await;
+    let client = DeadlineClient::new(policy(2_000, 3)).target("inventory");
+    let ctx = context(Some(1_500));
+    let mut token = HeaderValue::from_static("Bearer abc.def");
+    token.set_sensitive(true);
+    let long = "c".repeat(300);
+    let request = Request::put(format!("http://{addr}/stock/7?full=1"))
+        .header(REQUEST_ID, "req-7")
+        .header("accept", "application/json")
+        .header("accept", "text/plain")
+        .header("authorization", token)
+        .header("cookie", long.as_str())
+        .header("x-custom", "one")
+        .body(Full::new(Bytes::from_static(b"{\"count\":3}")))
+        .expect("a request");
+
+    let response = ctx
+        .clone()
+        .scope(client.send(request))
+        .await
+        .expect("a response");
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let first = seen_rx.recv().await.expect("the first attempt");
+    let retry = seen_rx.recv().await.expect("the retry");
+    let without_budget = |(method, path, lines, body): &Seen| {
+        let lines: Vec<_> = lines
+            .iter()
+            .filter(|(name, _)| name != BUDGET_HEADER.as_str())
+            .cloned()
+            .collect();
+        (method.clone(), path.clone(), lines, body.clone())
+    };
+    assert_eq!(without_budget(&retry), without_budget(&first));
+    let (method, path, lines, body) = without_budget(&first);
+    assert_eq!((method.as_str(), path.as_str()), ("PUT", "/stock/7"));
+    assert_eq!(body, Bytes::from_static(b"{\"count\":3}"));
+    let names: Vec<_> = lines.iter().map(|(name, _)| name.as_str()).collect();
+    for expected in [REQUEST_ID, "accept", "authorization", "cookie", "x-custom"] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    let accepts: Vec<_> = lines
+        .iter()
+        .filter(|(name, _)| name == "accept")
+        .map(|(_, value)| value.as_slice())
+        .collect();
+    assert_eq!(accepts, [&b"application/json"[..], b"text/plain"]);
+    // Each attempt tells its own budget, once.
+    for (_, _, lines, _) in [&first, &retry] {
+        let budgets = lines
+            .iter()
+            .filter(|(name, _)| name == BUDGET_HEADER.as_str())
+            .count();
+        assert_eq!(budgets, 1);
+    }
+}
+
 #[tokio::test]
 async fn connection_refused_is_retried_and_ends_in_a_typed_error() {
     let addr = {
