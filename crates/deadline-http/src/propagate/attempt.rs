@@ -1,6 +1,7 @@
 //! The request each attempt sends: the caller's own for the first, made again from a packed
 //! recipe of it for each retry.
 
+use deadline::decimal::StackBuf;
 use deadline::plan::retry::is_idempotent;
 use deadline::{Budget, Deadline};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
@@ -160,10 +161,7 @@ impl<B: Clone> Recipe<B> {
         *request.uri_mut() = self.uri.clone();
         *request.version_mut() = self.version;
         *request.headers_mut() = self.headers.unpack(extra)?;
-        if let Some(deadline) = explicit {
-            request.extensions_mut().insert(deadline);
-        }
-        Some(request)
+        Some(into_attempt(request, explicit))
     }
 }
 
@@ -185,48 +183,30 @@ const INLINE_LINES: usize = 256;
 // In place on purpose: the point is that the lines need no allocation of their own.
 #[allow(clippy::large_enum_variant)]
 enum Storage {
-    /// In place: the first `len` bytes.
-    Inline {
-        bytes: [u8; INLINE_LINES],
-        len: usize,
-    },
+    /// In place.
+    Inline(StackBuf<INLINE_LINES>),
     /// Lines too long to keep in place.
     Heap(Vec<u8>),
 }
 
 impl PackedHeaders {
-    /// The lines of `headers`, in the order the map gives them.
+    /// The lines of `headers`, in the order the map gives them: written in place, and only
+    /// when they do not fit there, sized and written again on the heap.
     fn pack(headers: &HeaderMap) -> PackedHeaders {
-        let size: usize = headers
-            .iter()
-            .map(|(name, value)| {
-                let name = name.as_str().len();
-                leb128_len(name) + leb128_len(value.len()) + 1 + name + value.len()
-            })
-            .sum();
-        let storage = if size <= INLINE_LINES {
-            let mut bytes = [0; INLINE_LINES];
-            let mut at = 0;
-            let mut put = |part: &[u8]| {
-                if let Some(slot) = bytes.get_mut(at..at + part.len()) {
-                    slot.copy_from_slice(part);
-                }
-                at += part.len();
-            };
-            pack_lines(headers, &mut put);
-            debug_assert_eq!(at, size, "the lines take the room they were sized for");
-            Storage::Inline {
-                bytes,
-                len: at.min(INLINE_LINES),
-            }
+        let mut inline = StackBuf::new();
+        pack_lines(headers, &mut |part| inline.put(part));
+        let storage = if inline.as_bytes().is_some() {
+            Storage::Inline(inline)
         } else {
+            let size: usize = headers
+                .iter()
+                .map(|(name, value)| {
+                    let name = name.as_str().len();
+                    leb128_len(name) + leb128_len(value.len()) + 1 + name + value.len()
+                })
+                .sum();
             let mut bytes = Vec::with_capacity(size);
             pack_lines(headers, &mut |part| bytes.extend_from_slice(part));
-            debug_assert_eq!(
-                bytes.len(),
-                size,
-                "the lines take the room they were sized for"
-            );
             Storage::Heap(bytes)
         };
         PackedHeaders {
@@ -238,7 +218,7 @@ impl PackedHeaders {
     /// The packed bytes.
     fn bytes(&self) -> &[u8] {
         match &self.storage {
-            Storage::Inline { bytes, len } => bytes.get(..*len).unwrap_or_default(),
+            Storage::Inline(bytes) => bytes.as_bytes().unwrap_or_default(),
             Storage::Heap(bytes) => bytes,
         }
     }
@@ -377,8 +357,8 @@ fn may_retry<B>(request: &Request<B>) -> bool {
     is_idempotent(request.method()) || request.headers().contains_key(IDEMPOTENCY_KEY)
 }
 
-/// The caller's request made the attempt's, as a [`Recipe`] makes the others: the same parts,
-/// its extensions cleared except an explicit deadline.
+/// `request` made an attempt's (the caller's for the first, a [`Recipe`]'s for a retry): its
+/// extensions cleared except an explicit deadline.
 fn into_attempt<B>(mut request: Request<B>, explicit: Option<Deadline>) -> Request<B> {
     let extensions = request.extensions_mut();
     extensions.clear();
@@ -520,13 +500,7 @@ mod tests {
                 assert_eq!(retry.uri(), first.uri());
                 assert_eq!(retry.version(), first.version());
                 assert_eq!(retry.body(), first.body());
-                let lines = |r: &Request<String>| {
-                    r.headers()
-                        .iter()
-                        .map(|(n, v)| (n.clone(), v.clone(), v.is_sensitive()))
-                        .collect::<Vec<_>>()
-                };
-                assert_eq!(lines(retry), lines(&first));
+                assert_eq!(lines(retry.headers()), lines(first.headers()));
                 assert_eq!(retry.extensions().get::<u8>(), None);
                 assert_eq!(retry.extensions().get::<Deadline>(), Some(&explicit));
             }
@@ -569,7 +543,7 @@ mod tests {
         // A value of 128 bytes or more: its length takes two bytes.
         headers.append("x-b", HeaderValue::from_str(&"b".repeat(200)).unwrap());
         let packed = PackedHeaders::pack(&headers);
-        assert!(matches!(packed.storage, Storage::Inline { .. }));
+        assert!(matches!(packed.storage, Storage::Inline(_)));
         let unpacked = packed.unpack(2).unwrap();
         assert_eq!(lines(&unpacked), lines(&headers));
         assert!(unpacked.capacity() >= headers.keys_len() + 2);
@@ -582,7 +556,7 @@ mod tests {
         assert!(fill.len() < 128);
         headers.append("x-fill", HeaderValue::from_str(&fill).unwrap());
         let full = PackedHeaders::pack(&headers);
-        assert!(matches!(full.storage, Storage::Inline { len, .. } if len == INLINE_LINES));
+        assert!(matches!(&full.storage, Storage::Inline(bytes) if bytes.len() == INLINE_LINES));
         assert_eq!(lines(&full.unpack(0).unwrap()), lines(&headers));
         headers.append("x-c", HeaderValue::from_static(""));
         let over = PackedHeaders::pack(&headers);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadline::trace::{Span, TRACE_HEADER};
 use deadline::{BUDGET_HEADER, CallPolicy, Deadline};
+use deadline_http::propagate::CallBody;
 use deadline_http::{CallError, DeadlineClient, DeadlineContext};
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -61,6 +62,21 @@ where
     addr
 }
 
+/// Sends `request` through `client` inside `ctx` and expects a 200.
+async fn send_ok(
+    ctx: &DeadlineContext,
+    client: &DeadlineClient,
+    request: Request<Full<Bytes>>,
+) -> Response<CallBody<Incoming>> {
+    let response = ctx
+        .clone()
+        .scope(client.send(request))
+        .await
+        .expect("a response");
+    assert_eq!(response.status(), StatusCode::OK);
+    response
+}
+
 /// Echoes the budget and request id it received, with a canned trace of its own, after taking
 /// the 5 ms its trace says it took (a caller holds a callee's spans inside the attempt, so a
 /// trace claiming more time than the attempt lasted would be cut to it).
@@ -100,13 +116,7 @@ async fn the_budget_and_request_id_reach_the_server_and_its_trace_comes_back() {
         .body(Full::new(Bytes::new()))
         .expect("a request");
 
-    let response = ctx
-        .clone()
-        .scope(client.send(request))
-        .await
-        .expect("a response");
-
-    assert_eq!(response.status(), StatusCode::OK);
+    let response = send_ok(&ctx, &client, request).await;
     assert_eq!(response.headers()[REQUEST_ID], "req-42");
     let budget: u64 = response.headers()[SEEN_BUDGET]
         .to_str()
@@ -204,12 +214,7 @@ async fn a_retry_sends_what_the_first_attempt_sent() {
         .body(Full::new(Bytes::from_static(b"{\"count\":3}")))
         .expect("a request");
 
-    let response = ctx
-        .clone()
-        .scope(client.send(request))
-        .await
-        .expect("a response");
-    assert_eq!(response.status(), StatusCode::OK);
+    send_ok(&ctx, &client, request).await;
 
     let first = seen_rx.recv().await.expect("the first attempt");
     let retry = seen_rx.recv().await.expect("the retry");
