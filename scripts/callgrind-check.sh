@@ -13,7 +13,7 @@
 #
 # The chain's bound is the project's goal (the chain with deadlines costs no more than the peer
 # chain, within 3 %: it measures 0.98). The two enforce bounds are the measured figures plus a
-# margin for the timer noise in the peer's own count (13,230 to 14,641 across runs of the same
+# margin for the timer noise in the peer's own count (13,230 to 14,643 across runs of the same
 # build: the peer arms a timer per request, and how much of the timer wheel each run turns
 # depends on wall time under valgrind; see docs/performance.md). `enforce` carries
 # `Deadline-Trace` and `Server-Timing` on every answer, as the contract asks (18,232 on an Intel
