@@ -7,20 +7,26 @@
 # throughput figure would not.
 #
 # Fails when
-#   enforce        > peer + ENFORCE_OVER_PEER_MAX instructions   (default 5500)
-#   enforce-quiet  > peer + QUIET_OVER_PEER_MAX instructions     (default 3000)
+#   enforce        > peer + ENFORCE_OVER_PEER_MAX instructions   (default 5300)
+#   enforce-quiet  > peer + QUIET_OVER_PEER_MAX instructions     (default 2800)
 #   chain-deadline > chain-peer x CHAIN_RATIO_MAX                (default 1.03, the goal)
 #
+# The peer is run PEER_REPEATS times (default 3) and its least count is the one compared (see
+# scripts/callgrind.sh): its whole-request timeout wakes the runtime's driver on every request,
+# and how often that costs an extra turn of the event loop (about 1,190 instructions) depends on
+# how the client and the server share the CPUs, so a single run read anywhere from 13,230 to
+# 14,643 for the same build. The least of three is the peer without those extra turns, the
+# strictest figure to hold the layer against. The other variants arm no timer for a request
+# whose work is ready at once and count the same in every run (within 0.01 %), so one run each.
+#
 # The chain's bound is the project's goal (the chain with deadlines costs no more than the peer
-# chain, within 3 %: it measures 0.98). The two enforce bounds are the measured figures plus a
-# margin for the timer noise in the peer's own count (13,230 to 14,643 across runs of the same
-# build: the peer arms a timer per request, and how much of the timer wheel each run turns
-# depends on wall time under valgrind; see docs/performance.md). `enforce` carries
-# `Deadline-Trace` and `Server-Timing` on every answer, as the contract asks (18,232 on an Intel
-# Xeon, 18,339 on an AMD EPYC: peer + 5,109 against the lowest peer count seen); `enforce-quiet`
-# is the same layer with both shown to nobody, what a service that does not use them pays
-# (15,624 and 15,742: peer + 2,512). The bounds were
-# 6,500, then 6,000, then 5,800 and 3,300, as the answer headers, the hold and its recorder got
+# chain, within 3 %: it measures 0.98). `enforce` carries `Deadline-Trace` and `Server-Timing` on
+# every answer, as the contract asks (18,194 on an AMD EPYC: the peer's least + 4,824);
+# `enforce-quiet` is the same layer with both shown to nobody, what a service that does not use
+# them pays (15,600: + 2,230). The bounds are those figures plus about 500 for the difference
+# between machines (18,232 on an Intel Xeon against 18,339 on the AMD one, at an earlier build).
+# They were 6,500, then 6,000, then 5,800 and 3,300, then 5,500 and 3,000 against a single run
+# of the peer, as the answer headers, the hold and its recorder, and the response body got
 # cheaper. The goal is peer + 1,500 with the headers, not met: ENFORCE_OVER_PEER_MAX=1500
 # checks against it.
 #
@@ -30,18 +36,23 @@ cd "$(dirname "$0")/.."
 
 REQUESTS="${1:-300}"
 WARMUP="${2:-100}"
-ENFORCE_OVER_PEER_MAX="${ENFORCE_OVER_PEER_MAX:-5500}"
-QUIET_OVER_PEER_MAX="${QUIET_OVER_PEER_MAX:-3000}"
+ENFORCE_OVER_PEER_MAX="${ENFORCE_OVER_PEER_MAX:-5300}"
+QUIET_OVER_PEER_MAX="${QUIET_OVER_PEER_MAX:-2800}"
+PEER_REPEATS="${PEER_REPEATS:-3}"
 CHAIN_RATIO_MAX="${CHAIN_RATIO_MAX:-1.03}"
 
 TABLE="$(mktemp)"
-trap 'rm -f "$TABLE"' EXIT
-VARIANTS="enforce enforce-quiet peer chain-deadline chain-peer" scripts/callgrind.sh "$REQUESTS" "$WARMUP" 1 | tee "$TABLE"
+PEER_TABLE="$(mktemp)"
+trap 'rm -f "$TABLE" "$PEER_TABLE"' EXIT
+VARIANTS="enforce enforce-quiet chain-deadline chain-peer" scripts/callgrind.sh "$REQUESTS" "$WARMUP" 1 | tee "$TABLE"
+VARIANTS="peer" scripts/callgrind.sh "$REQUESTS" "$WARMUP" "$PEER_REPEATS" | tee "$PEER_TABLE"
 
-# The table's rows: variant, short run, long run, instructions per request, spread.
+# A table's rows: variant, then short run, long run and instructions per request for each
+# repeat, the spread ("0.00 %", two fields), and with more than one repeat the least count, the
+# last column: that one is read when the table has it, the first run's count otherwise.
 per() {
     local value
-    value="$(awk -v v="$1" '$1 == v { print $4 }' "$TABLE")"
+    value="$(awk -v v="$1" '$1 == "variant" { least = /least/ } $1 == v { print (least ? $NF : $4) }' "$TABLE" "$PEER_TABLE")"
     if [ -z "$value" ]; then
         echo "callgrind-check: no figure for $1 in the table above" >&2
         exit 1
