@@ -110,7 +110,7 @@ where
     B: Clone + Send,
 {
     /// Plans, sends and judges attempts until one is returned or the planner stops.
-    pub(super) async fn run(self) -> Result<Response<CallBody<T::Body>>, CallError> {
+    pub(super) async fn run(mut self) -> Result<Response<CallBody<T::Body>>, CallError> {
         let repeatable = self.inner.repeatable(&self.request);
         if let Some(delay) = self
             .retries
@@ -122,28 +122,21 @@ where
             // allocation more; it already makes one per attempt in flight.
             return Box::pin(self.run_hedged(delay)).await;
         }
-        let Call {
-            mut inner,
-            policy,
-            request,
-            explicit,
-            deadline,
-            target,
-            context,
-            dialects,
-            metrics,
-            retries,
-            max_body,
-            mark_attempts,
-            dress,
-        } = self;
+        // The call's fields are used in place, not taken apart into locals: the future keeps its
+        // argument whole from start to end, so a local moved out of it would be stored twice.
+
         // The downstream's name, shared by the call's span and its attempts' activity. Made
         // from the URI only when a context needs it (or, below, before the request is moved
         // into its last attempt): without either, only an error message would ever read it.
-        let (mut target, mut record) = start_record(target, context, &request);
-        let attempts = if repeatable { policy.attempts() } else { 1 };
-        let mut requests = AttemptRequests::new(request, attempts, explicit).dialects(dialects);
-        let mut plan = Plan::new(policy);
+        let (mut target, mut record) = start_record(self.target, self.context, &self.request);
+        let attempts = if repeatable {
+            self.policy.attempts()
+        } else {
+            1
+        };
+        let mut requests =
+            AttemptRequests::new(self.request, attempts, self.explicit).dialects(self.dialects);
+        let mut plan = Plan::new(self.policy);
         let mut last: Option<Failure<CallBody<T::Body>>> = None;
         let mut answer = LastAnswer::default();
         // The retry budget, looked up by its key (the configured target, or the URI's
@@ -152,20 +145,24 @@ where
         loop {
             let now = Instant::now();
             let budget = budget.get_or_insert_with(|| {
-                retries.budget(target_name(target.as_deref(), &requests), &policy, now)
+                self.retries
+                    .budget(target_name(target.as_deref(), &requests), &self.policy, now)
             });
-            let decision = retries.plan(&requests, &mut plan, deadline, now, &answer, budget);
+            let decision =
+                self.retries
+                    .plan(&requests, &mut plan, self.deadline, now, &answer, budget);
             let Paced {
                 decision,
                 start,
                 unsent,
-            } = retry::pace(&policy, decision, now, deadline).await;
+            } = retry::pace(&self.policy, decision, now, self.deadline).await;
             let (sent_at, attempt) = match decision {
                 PacedDecision::Send(Delayed { attempt, .. }) => (start, attempt),
                 PacedDecision::Stop(stop) => {
-                    metrics.stopped(&stop);
+                    self.metrics.stopped(&stop);
                     let target = || target_name(target.as_deref(), &requests).to_owned();
-                    let mut result = stopped(last, plan.sent() - unsent, stop, &policy, target);
+                    let mut result =
+                        stopped(last, plan.sent() - unsent, stop, &self.policy, target);
                     if let Some(mut record) = record.take() {
                         record.stopped(start, stop, &result);
                         report_body(&mut result, record);
@@ -185,9 +182,9 @@ where
             // A 5xx kept from the previous attempt is only returned if none follows it: let it
             // go (and its connection with it) before the next attempt.
             drop(last.take());
-            metrics.attempt(plan.sent());
+            self.metrics.attempt(plan.sent());
             #[cfg_attr(not(feature = "otel"), allow(clippy::let_unit_value, unused_variables))]
-            let span = dress.dress(
+            let span = self.dress.dress(
                 &mut attempt_request,
                 sent_at,
                 plan.sent(),
@@ -196,20 +193,20 @@ where
             );
             let _calling = record.as_mut().map(|record| record.begin(sent_at));
             // The attempt's wait covers its response's body too (see `body`).
-            let until = AttemptEnd::of(sent_at, &attempt, &policy);
+            let until = AttemptEnd::of(sent_at, &attempt, &self.policy);
             // For the client below: a connection an attempt timed out on is not reused.
-            if mark_attempts {
+            if self.mark_attempts {
                 attempt_request.extensions_mut().insert(until);
             }
             let outcome = tokio::time::timeout_at(until.at, async {
-                inner.ready().await.map_err(Into::into)?;
-                let response = inner.send(attempt_request).await.map_err(Into::into)?;
-                Ok(until.bound(response, max_body))
+                self.inner.ready().await.map_err(Into::into)?;
+                let response = self.inner.send(attempt_request).await.map_err(Into::into)?;
+                Ok(until.bound(response, self.max_body))
             })
             .await;
             let end = Instant::now();
             #[cfg(feature = "otel")]
-            end_span(span, &outcome, deadline, || end);
+            end_span(span, &outcome, self.deadline, || end);
             match judge(
                 outcome,
                 end,
