@@ -20,19 +20,21 @@
 # (which change with inlining) and no signal to a process blocked in `epoll_wait`.
 #
 # Every repeat is a separate pair of runs, so the spread between repeats says how repeatable the
-# count is (it should stay well under 1 %). With more than one repeat, a last column gives the
-# least count: (least long run - least short run) / REQUESTS.
+# count is (it should stay well under 1 %). With more than one repeat, a last column gives
+# (least long run - least short run) / REQUESTS, the two least runs taken from any repeats.
 #
-# Why the least: a variant that arms a timer on every request (the peer stack's whole-request
-# timeout) wakes the runtime's driver each time it does (the new timer is due before the one the
-# driver last slept until, so tokio writes to its eventfd), and the server then turns its event
-# loop once more, about 1,190 instructions, whenever the next request has not yet arrived
-# when it next looks for work. Whether it has depends on how the fixed client and the server
-# under valgrind share the CPUs, so such a variant's count moves between runs by up to 1,190 a
-# request, and only upwards: a run with one turn a request is the least, and the count that
-# timing cannot inflate. (The extra syscall the wake-up costs is not counted at all: callgrind
-# sees user space only.) A variant that arms no timer for a request whose work is ready at once,
-# as the deadline layers do, turns once a request in every run.
+# Why: a variant that arms a timer on every request (the peer stack's whole-request timeout)
+# wakes the runtime's driver each time it does (the new timer is due before the one the driver
+# last slept until, so tokio writes to its eventfd), and the server then turns its event loop
+# once more, about 1,190 instructions, whenever the next request has not yet arrived when it
+# next looks for work. Whether it has depends on how the fixed client and the server under
+# valgrind share the CPUs. So each run's total can only grow with such turns, by up to 1,190 a
+# request it served, but a repeat's per-request figure, the difference of two runs, moves both
+# ways: extra turns in its short run pull it down. The least long run less the least short run
+# is the count without extra turns as soon as each length has one run without them, and it
+# moves much less than any one repeat. (The extra syscall the wake-up costs is not counted at
+# all: callgrind sees user space only.) A variant that arms no timer for a request whose work
+# is ready at once, as the enforce layers do, turns once a request in every run.
 #
 # Everything listens on 127.0.0.1 only; every server this script starts is stopped when it
 # exits, however it exits. Installs valgrind (a Debian package) when it is missing.
