@@ -16,7 +16,8 @@
 # driver on every request, and how often that costs an extra turn of the event loop (about
 # 1,190 instructions) depends on how the client and the server share the CPUs, so a single
 # repeat read anywhere from 13,230 to 14,643 for the same build. The least runs give the peer
-# without those extra turns; across checks of one build they have read 13,200 to 13,460. The
+# without those extra turns when each length has a run without them; across checks of one
+# build they have read 13,200 to 13,647 (the highest when all three repeats had some). The
 # enforce variants arm no timer for a request whose work is ready at once and count the same in
 # every run (within 0.01 %), and so have the chains in repeated runs of one build, so one run
 # each.
