@@ -302,25 +302,11 @@ mod tests {
 
     use bytes::Bytes;
     use http::Request;
+    use http_body_util::channel::Channel;
     use http_body_util::{BodyExt, Full};
 
     use super::*;
     use crate::EnforceDeadlineLayer;
-
-    /// An inner body that never has a frame ready: a stream still going at its cutoff.
-    struct Never;
-
-    impl Body for Never {
-        type Data = Bytes;
-        type Error = Infallible;
-
-        fn poll_frame(
-            self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-            Poll::Pending
-        }
-    }
 
     /// A gRPC stream still going at its cutoff is ended there with its closing trailers
     /// (`grpc-status: 4`) as its last frame; after them it is over: it says so, and nothing more
@@ -332,8 +318,10 @@ mod tests {
         let arrival = Instant::now();
         let recorder = Recorder::arrived(settings, &request, arrival);
         let cutoff = arrival + Duration::from_millis(50);
+        // A stream whose sender sends nothing and stays: still going at its cutoff.
+        let (_sender, stream) = Channel::<Bytes, Infallible>::new(1);
         let mut body = Box::pin(EnforceBody::inner(
-            Never,
+            stream,
             recorder,
             Some(cutoff),
             Caller::Grpc,
