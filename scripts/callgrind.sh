@@ -127,6 +127,9 @@ instructions() {
     echo "$total"
 }
 
+# Instructions per request between a short run and a long one of REQUESTS more requests.
+per_request() { awk -v s="$1" -v l="$2" -v n="$REQUESTS" 'BEGIN { printf "%.0f", (l - s) / n }'; }
+
 loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown; }
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | xargs)"
@@ -146,7 +149,7 @@ for variant in $VARIANTS; do
     for _ in $(seq 1 "$REPEATS"); do
         short="$(instructions "$variant" "$WARMUP")"
         long="$(instructions "$variant" "$((WARMUP + REQUESTS))")"
-        one="$(awk -v s="$short" -v l="$long" -v n="$REQUESTS" 'BEGIN { printf "%.0f", (l - s) / n }')"
+        one="$(per_request "$short" "$long")"
         per+=("$one")
         row="$row|$short|$long|$one"
         if [ -z "$least_short" ] || [ "$short" -lt "$least_short" ]; then least_short="$short"; fi
@@ -155,7 +158,7 @@ for variant in $VARIANTS; do
     spread="$(printf '%s\n' "${per[@]}" | awk 'NR == 1 { lo = $1; hi = $1 } { if ($1 < lo) lo = $1; if ($1 > hi) hi = $1 } END { printf "%.2f %%", (hi - lo) * 100 / lo }')"
     row="$row|$spread"
     if [ "$REPEATS" -gt 1 ]; then
-        row="$row|$(awk -v s="$least_short" -v l="$least_long" -v n="$REQUESTS" 'BEGIN { printf "%.0f", (l - s) / n }')"
+        row="$row|$(per_request "$least_short" "$least_long")"
     fi
     ROWS+=("$row")
 done
