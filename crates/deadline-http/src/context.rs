@@ -186,13 +186,12 @@ impl DeadlineContext {
     }
 
     /// As [`scope`](Self::scope), with a type that can be named (the enforce layer's future
-    /// holds it unboxed), and an optional context: with none, code in `future` finds no
-    /// context, as if no enforce layer were in front of it.
-    pub(crate) fn scoped_or_none<F: Future>(
-        context: Option<DeadlineContext>,
+    /// holds it unboxed).
+    pub(crate) fn scoped<F: Future>(
+        self,
         future: F,
     ) -> TaskLocalFuture<Option<DeadlineContext>, F> {
-        CURRENT.scope(context, future)
+        CURRENT.scope(Some(self), future)
     }
 
     /// The request's deadline, if it has one.

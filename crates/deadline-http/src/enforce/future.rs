@@ -47,8 +47,52 @@ use crate::hold::HoldOutcome;
 use tokio::task::{JoinError, JoinHandle};
 
 /// The inner service's work for one request (a `oneshot` call: readiness, then the call),
-/// inside the request's context scope.
-pub type ScopedWork<S, R> = TaskLocalFuture<Option<DeadlineContext>, Oneshot<S, Request<R>>>;
+/// inside the request's context scope when it has a context.
+pub type ScopedWork<S, R> = Work<Oneshot<S, Request<R>>>;
+
+pin_project! {
+    /// A request's work, with or without its context as the current one.
+    ///
+    /// A request that runs without a context (no budget, no trace shown, and the layer told to
+    /// keep none: see
+    /// [`context_without_budget`](super::EnforceDeadlineLayer::context_without_budget)) is
+    /// polled as it is, as if the layer were not in front of the handler. Scoping it with no
+    /// context instead would cost two swaps of the task-local slot on every poll.
+    ///
+    /// Each variant's one field, `future`, is the work (inside its scope, for `Scoped`).
+    // The macro takes no doc comments on an enum's fields.
+    #[allow(missing_docs)]
+    #[project = WorkProj]
+    pub enum Work<F> {
+        /// Polled with its context as the current one.
+        Scoped { #[pin] future: TaskLocalFuture<Option<DeadlineContext>, F> },
+        /// Polled as it is.
+        Plain { #[pin] future: F },
+    }
+}
+
+impl<F: Future> Work<F> {
+    /// `future`, to run with `context` as the current one, or as it is without one.
+    pub(crate) fn new(context: Option<DeadlineContext>, future: F) -> Self {
+        match context {
+            Some(context) => Work::Scoped {
+                future: context.scoped(future),
+            },
+            None => Work::Plain { future },
+        }
+    }
+}
+
+impl<F: Future> Future for Work<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        match self.project() {
+            WorkProj::Scoped { future } => future.poll(cx),
+            WorkProj::Plain { future } => future.poll(cx),
+        }
+    }
+}
 
 pin_project! {
     /// The response future of [`EnforceDeadline`](super::EnforceDeadline).

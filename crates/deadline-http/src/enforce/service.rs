@@ -16,7 +16,7 @@ use super::answer::Caller;
 #[cfg(feature = "baseline")]
 use super::baseline;
 use super::body::EnforceBody;
-use super::future::{Reply, ResponseFuture, ScopedWork};
+use super::future::{Reply, ResponseFuture, ScopedWork, Work};
 use super::recorder::Recorder;
 use super::settings::HopSettings;
 use crate::context::DeadlineContext;
@@ -166,8 +166,7 @@ where
                 extensions.insert(deadline);
             }
         }
-        let work =
-            DeadlineContext::scoped_or_none(ctx.clone(), self.inner.clone().oneshot(request));
+        let work = Work::new(ctx.clone(), self.inner.clone().oneshot(request));
         let reply = Reply {
             cutoff: cutoff.map(time::to_tokio),
             ctx,

@@ -78,6 +78,30 @@ async fn without_a_budget_or_a_shown_trace_the_handler_runs_without_a_context() 
     }
 }
 
+/// "As if the layer were not there" holds for a context set outside it too: a lean layer
+/// behind another one that keeps a context (here the outer layer's default) leaves the outer
+/// context in place for the handler instead of hiding it.
+#[tokio::test]
+async fn without_its_own_context_the_layer_leaves_an_outer_one_in_place() {
+    let (lean, holds) = lean(TraceExposure::Off);
+    let handler = service_fn(|_request: Request<String>| async {
+        let seen = match DeadlineContext::current() {
+            None => "none",
+            Some(ctx) if ctx.deadline().is_none() => "no deadline",
+            Some(_) => "deadline",
+        };
+        Ok::<_, Infallible>(Response::new(String::from(seen)))
+    });
+    let outer = EnforceDeadlineLayer::new("gateway").trace_exposure(TraceExposure::Off);
+    let service = outer.layer(lean.layer(handler));
+    let response = service
+        .oneshot(crate::get_with("/", &[]))
+        .await
+        .expect("infallible");
+    assert_eq!(text(response).await, "no deadline");
+    assert_eq!(holds.lock().expect("not poisoned").len(), 1);
+}
+
 #[tokio::test]
 async fn a_budget_or_a_shown_trace_keeps_the_context() {
     let (budgeted, _) = lean(TraceExposure::Budgeted);
