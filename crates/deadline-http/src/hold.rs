@@ -93,12 +93,13 @@ pub struct Hold {
     pub budget_ms: Option<u64>,
     /// When the request reached the layer.
     pub arrival: Instant,
-    /// When the work started (a worker slot was taken): `None` if it never started.
+    /// When the work started (a worker slot was taken; on arrival, for a layer without slots):
+    /// `None` if it never started.
     pub work_start: Option<Instant>,
     /// When the work ended or was dropped: `None` if it never started.
     pub work_end: Option<Instant>,
     /// Time spent waiting for a worker slot (until the work started, or until the request gave
-    /// up its place).
+    /// up its place); zero for a layer without slots, which has no queue.
     pub queued: Duration,
     /// Time the work held a worker: from `work_start` to `work_end`.
     pub worked: Duration,

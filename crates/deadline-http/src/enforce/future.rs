@@ -288,11 +288,28 @@ where
 
 /// First poll: take a free slot and start, join the queue, or (admission) be shed.
 fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
-    let permit = match slots {
-        None => None,
+    let slot = match slots {
+        // No slots, no queue: the work starts as the request arrived (the moments between the
+        // call and its first poll are not a queue), and without a cutoff to be too late for,
+        // the clock is not read again.
+        None => {
+            if let Some(cutoff) = reply.cutoff {
+                let now = Instant::now();
+                if now >= cutoff {
+                    return Step::End(Ending::GaveUp {
+                        now,
+                        activity: Activity::Queued,
+                    });
+                }
+            }
+            if let Some(recorder) = reply.recorder.as_mut() {
+                recorder.start_on_arrival();
+            }
+            return Step::Next(State::Running { _permit: None });
+        }
         // Admission weighs the time left until the cutoff, when work must stop.
         Some(slots) => match slots.arrive(reply.deadline_cutoff()) {
-            Arrival::Start(slot) => Some(slot),
+            Arrival::Start(slot) => slot,
             Arrival::Wait(acquire) => {
                 return Step::Next(State::Queued {
                     acquire: Box::new(acquire),
@@ -313,7 +330,7 @@ fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
             }
         },
     };
-    begin(permit, reply)
+    begin(slot, reply)
 }
 
 /// In the queue: start when a slot comes, give up at the cutoff.
@@ -324,7 +341,7 @@ fn queued<B, E>(
     cx: &mut Context<'_>,
 ) -> Step<B, E> {
     match Pin::new(&mut **acquire).poll(cx) {
-        Poll::Ready(slot) => begin(Some(slot), reply),
+        Poll::Ready(slot) => begin(slot, reply),
         Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::GaveUp {
             now: Instant::now(),
             activity: reply.activity(),
@@ -362,10 +379,10 @@ where
     }
 }
 
-/// Starts the work with `permit`, unless the cutoff has already passed (a slot that came free at
+/// Starts the work with `slot`, unless the cutoff has already passed (a slot that came free at
 /// the cutoff itself is too late): nothing starts after its deadline. With admission on, a
 /// request that queued is shed instead if too little time is left for the work.
-fn begin<B, E>(mut permit: Option<Slot>, reply: &mut Reply) -> Step<B, E> {
+fn begin<B, E>(mut slot: Slot, reply: &mut Reply) -> Step<B, E> {
     let now = Instant::now();
     if reply.cutoff.is_some_and(|cutoff| now >= cutoff) {
         // Too late: the work and the slot go unused.
@@ -374,18 +391,18 @@ fn begin<B, E>(mut permit: Option<Slot>, reply: &mut Reply) -> Step<B, E> {
             activity: Activity::Queued,
         });
     }
-    if let Some(slot) = permit.as_mut() {
-        if let Err(shed) = slot.begin(|| reply.deadline_cutoff(), now) {
-            return Step::End(Ending::Shed {
-                now,
-                shed: Box::new(shed),
-            });
-        }
+    if let Err(shed) = slot.begin(|| reply.deadline_cutoff(), now) {
+        return Step::End(Ending::Shed {
+            now,
+            shed: Box::new(shed),
+        });
     }
     if let Some(recorder) = reply.recorder.as_mut() {
         recorder.start(now);
     }
-    Step::Next(State::Running { _permit: permit })
+    Step::Next(State::Running {
+        _permit: Some(slot),
+    })
 }
 
 impl Reply {

@@ -183,6 +183,12 @@ impl Recorder {
         self.draft.work_start = since;
     }
 
+    /// The work started as the request arrived: nothing queued.
+    pub(crate) fn start_on_arrival(&mut self) {
+        self.draft.queued = 0;
+        self.draft.work_start = 0;
+    }
+
     /// The work ended (or was dropped) at `at`. Only the first call counts.
     pub(crate) fn end(&mut self, at: Instant) {
         if self.draft.work_start != UNSET && self.draft.work_end == UNSET {

@@ -785,6 +785,40 @@ async fn a_hold_is_reported_once_when_the_reply_has_been_written() {
     assert_eq!(snapshot.worker_time, 100 * MS);
 }
 
+/// A layer without slots has no queue: a request's work starts as it arrived, however late
+/// its future is first polled, with a budget or without.
+#[tokio::test(start_paused = true)]
+async fn without_slots_nothing_is_queued_however_late_the_first_poll() {
+    let mock = Mock::new();
+    let holds = Holds::default();
+    let metrics;
+    let mut service = {
+        let layer = holds.layer("svc");
+        metrics = layer.metrics();
+        layer.layer(mock.service())
+    };
+    for budgets in [&[b"600".as_slice()][..], &[]] {
+        let t0 = Instant::now();
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(request("/sleep/100", budgets));
+        advance(20 * MS).await;
+        let response = response.await.unwrap();
+        assert_eq!(text(response).await, "slept");
+        let hold = holds.one();
+        assert_eq!(hold.arrival, t0);
+        assert_eq!(
+            (hold.work_start, hold.work_end),
+            (Some(t0), Some(t0 + 120 * MS)),
+            "budgets {budgets:?}"
+        );
+        assert_eq!((hold.queued, hold.worked), (Duration::ZERO, 120 * MS));
+    }
+    assert_eq!(metrics.snapshot().worker_time, 240 * MS);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_body_dropped_unwritten_is_reported_so() {
     let mock = Mock::new();
