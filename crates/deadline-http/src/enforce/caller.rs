@@ -4,7 +4,7 @@
 //! stream cut all need it, and none of them should need another for it.
 
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// `connect-protocol-version`: sent by Connect clients on every request.
 pub const CONNECT_PROTOCOL_VERSION: HeaderName =
@@ -28,10 +28,21 @@ impl Caller {
     /// Connect by its `connect-protocol-version` header (a Connect unary POST always has a
     /// content type too, so a request without one costs a single lookup), plain HTTP otherwise.
     pub fn of(headers: &HeaderMap) -> Caller {
-        match headers.get(CONTENT_TYPE) {
+        Caller::from_parts(headers.get(CONTENT_TYPE), || {
+            headers.contains_key(CONNECT_PROTOCOL_VERSION)
+        })
+    }
+
+    /// The caller told by a request's first content type and whether it has a
+    /// `connect-protocol-version` header (asked only when it matters).
+    pub(crate) fn from_parts(
+        content_type: Option<&HeaderValue>,
+        connect: impl FnOnce() -> bool,
+    ) -> Caller {
+        match content_type {
             None => Caller::Http,
             Some(ct) if deadline::grpc::is_grpc_content_type(ct.as_bytes()) => Caller::Grpc,
-            Some(_) if headers.contains_key(CONNECT_PROTOCOL_VERSION) => Caller::Connect,
+            Some(_) if connect() => Caller::Connect,
             Some(_) => Caller::Http,
         }
     }

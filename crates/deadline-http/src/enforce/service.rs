@@ -12,7 +12,6 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use super::answer::Caller;
 #[cfg(feature = "baseline")]
 use super::baseline;
 use super::body::EnforceBody;
@@ -88,14 +87,11 @@ where
             return baseline::call(inner, settings, request, recorder, arrival);
         }
 
-        let caller = Caller::of(request.headers());
         // A gRPC request's own deadline header is always read.
-        let budget = settings.sources.read(
-            &settings.name,
-            request.headers(),
-            settings.max_budget,
-            caller.is_grpc(),
-        );
+        let (caller, budget) =
+            settings
+                .sources
+                .read_request(&settings.name, request.headers(), settings.max_budget);
         let expose = settings.exposure.allows(
             request.headers(),
             request.extensions(),

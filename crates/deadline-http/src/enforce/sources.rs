@@ -23,13 +23,22 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use deadline::BUDGET_HEADER;
 use deadline::Budget;
 use deadline::absolute::{AbsoluteUse, REQUEST_DEADLINE_HEADER, SkewGuard};
-use deadline::header::{BudgetValue, MalformedBudget, read_budget};
+use deadline::header::{BudgetValue, MalformedBudget, parse_budget, read_budget};
 use deadline::inbound::{Source, SourceSet, read_inbound};
 use http::HeaderMap;
+use http::header::CONTENT_TYPE;
 
+use super::caller::{CONNECT_PROTOCOL_VERSION, Caller};
 use crate::time;
+
+/// The most header lines a request may have for [`Sources::read_request`] to walk them rather
+/// than look its two names up. Timed in one run (release build, two million reads each, the
+/// lines standard names and then `x-pad-N`): the walk 20.0 ns against the lookups' 30.4 at 8
+/// lines, 30.7 against 34.7 at 16, 31.3 against 34.6 at 20, and 38.5 against 30.6 at 24.
+const WALK_MAX_LINES: usize = 16;
 
 /// The inbound settings of one layer: the sources it reads, the skew guard, and the count of
 /// absolute deadlines it ignored (shared by every clone of the layer and its services).
@@ -81,8 +90,123 @@ impl Sources {
         Ok(inbound.value)
     }
 
+    /// The caller of a request with `headers` and its budget at the hop `name` (see
+    /// [`read`](Self::read)): [`Caller::of`] and `read` in one.
+    ///
+    /// A request with few header lines and the default source set is read in one pass over
+    /// its lines, comparing names, instead of two hashed lookups (one for the content type,
+    /// one for `Deadline-Budget-Ms`), each of which hashes its name byte by byte and probes
+    /// the table: a few header lines cost less to walk than one name costs to hash. The walk
+    /// keeps what the lookups would give: the first content type, and every budget line in
+    /// order, the first malformed one ending the read. A gRPC request (whose own timeout
+    /// header is read too) and every other source set take the lookups' path.
+    pub(crate) fn read_request(
+        &self,
+        name: &str,
+        headers: &HeaderMap,
+        max: Budget,
+    ) -> (Caller, Result<Option<BudgetValue>, MalformedBudget>) {
+        if self.set == SourceSet::DEFAULT && headers.len() <= WALK_MAX_LINES {
+            let mut content_type = None;
+            let mut connect = false;
+            let mut budget: Result<Option<BudgetValue>, MalformedBudget> = Ok(None);
+            for (line, value) in headers {
+                if line == CONTENT_TYPE {
+                    content_type = content_type.or(Some(value));
+                } else if line == BUDGET_HEADER {
+                    if let Ok(smallest) = &budget {
+                        let smallest = *smallest;
+                        budget = parse_budget(value.as_bytes(), max)
+                            .map(|value| Some(smallest.map_or(value, |s| s.min(value))));
+                    }
+                } else if line == CONNECT_PROTOCOL_VERSION {
+                    connect = true;
+                }
+            }
+            let caller = Caller::from_parts(content_type, || connect);
+            if !caller.is_grpc() {
+                return (caller, budget);
+            }
+            return (caller, self.read(name, headers, max, true));
+        }
+        let caller = Caller::of(headers);
+        (caller, self.read(name, headers, max, caller.is_grpc()))
+    }
+
     /// Absolute deadlines ignored so far because they disagreed with a relative budget.
     pub(crate) fn ignored(&self) -> u64 {
         self.ignored.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderName, HeaderValue};
+
+    use super::*;
+
+    /// The one pass gives what the two lookups give, line for line: for few lines and many,
+    /// one budget line and several (a malformed one first, last or between), with and without
+    /// a content type (gRPC, Connect, other, repeated), and the gRPC timeout read for gRPC.
+    #[test]
+    fn one_pass_reads_what_the_lookups_read() {
+        let max = Budget::from_millis(60_000).expect("a budget");
+        let budgets: &[&[&str]] = &[
+            &[],
+            &["900"],
+            &["900", "300"],
+            &["300, 900"],
+            &["nine", "300"],
+            &["300", "nine"],
+            &["0"],
+            &["300", "0", "x"],
+        ];
+        let kinds: &[&[(&str, &str)]] = &[
+            &[],
+            &[("content-type", "text/plain")],
+            &[("content-type", "application/grpc")],
+            &[("content-type", "application/grpc"), ("grpc-timeout", "2S")],
+            &[("content-type", "application/grpc"), ("grpc-timeout", "x")],
+            &[
+                ("content-type", "application/json"),
+                ("connect-protocol-version", "1"),
+            ],
+            &[("connect-protocol-version", "1")],
+            &[
+                ("content-type", "text/plain"),
+                ("content-type", "application/grpc"),
+            ],
+            &[
+                ("content-type", "application/grpc"),
+                ("content-type", "text/plain"),
+            ],
+        ];
+        let sources = Sources::default();
+        for budget in budgets {
+            for kind in kinds {
+                for padding in [0, 2, WALK_MAX_LINES] {
+                    let mut headers = HeaderMap::new();
+                    headers.insert("host", HeaderValue::from_static("svc"));
+                    for i in 0..padding {
+                        let name = HeaderName::try_from(format!("x-pad-{i}")).expect("a name");
+                        headers.insert(name, HeaderValue::from_static("1"));
+                    }
+                    for (name, value) in *kind {
+                        headers.append(*name, HeaderValue::from_static(value));
+                    }
+                    for value in *budget {
+                        headers.append(BUDGET_HEADER, HeaderValue::from_static(value));
+                    }
+                    let caller = Caller::of(&headers);
+                    let expected = (caller, sources.read("svc", &headers, max, caller.is_grpc()));
+                    let case = format!("{headers:?}");
+                    assert_eq!(
+                        sources.read_request("svc", &headers, max),
+                        expected,
+                        "{case}"
+                    );
+                }
+            }
+        }
     }
 }
