@@ -157,7 +157,8 @@ fn context_of(parts: &Parts) -> Option<DeadlineContext> {
 /// Rejection of the [`DeadlineContext`] extractor: the enforce layer did not run for this
 /// request (a server setup mistake), or ran it without a context because it sent no budget
 /// and the layer was told so ([`context_without_budget`](
-/// crate::EnforceDeadlineLayer::context_without_budget)). Answers 500.
+/// crate::EnforceDeadlineLayer::context_without_budget)) and no outer layer made one. Answers
+/// 500.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MissingContext;

@@ -99,7 +99,9 @@ pub struct Hold {
     /// When the work ended or was dropped: `None` if it never started.
     pub work_end: Option<Instant>,
     /// Time spent waiting for a worker slot (until the work started, or until the request gave
-    /// up its place); zero for a layer without slots, which has no queue.
+    /// up its place). A layer without slots has no queue: zero for a request it started (one
+    /// whose cutoff had passed by its future's first poll shows the time until then, and
+    /// baseline mode the wait for its spawned task).
     pub queued: Duration,
     /// Time the work held a worker: from `work_start` to `work_end`.
     pub worked: Duration,

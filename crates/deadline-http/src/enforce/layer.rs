@@ -261,8 +261,9 @@ impl EnforceDeadlineLayer {
     /// trace (default: `true`).
     ///
     /// Set to `false`, such a request runs as if the layer were not in front of the handler:
-    /// [`DeadlineContext::current`](crate::DeadlineContext::current) is `None` in it, the axum
-    /// `DeadlineContext` extractor rejects it (extract `Option<DeadlineContext>` to accept it),
+    /// [`DeadlineContext::current`](crate::DeadlineContext::current) is `None` in it (or, behind
+    /// an outer enforce layer that made a context, that one), the axum `DeadlineContext`
+    /// extractor rejects it (extract `Option<DeadlineContext>` to accept it),
     /// and the layer makes no context, no trace and no timer for it: with no `on_hold` hook,
     /// hold log or OpenTelemetry listening (each builds a report of its own), it allocates
     /// nothing beyond what the handler and hyper do. Its outbound calls, spawned tasks and

@@ -24,7 +24,8 @@
 //!    [`request_extensions`](EnforceDeadlineLayer::request_extensions) on, the context and the
 //!    [`Deadline`](deadline::Deadline) go in the request extensions too, for code that reads them there.
 //!    (With [`context_without_budget(false)`](EnforceDeadlineLayer::context_without_budget), a
-//!    request that sent no budget and is shown no trace runs without a context instead.)
+//!    request that sent no budget and is shown no trace runs without a context of its own
+//!    instead, outside any scope: as if the layer were not there.)
 //!    When the cutoff wins, the inner future is **dropped** (its work stops at its current
 //!    await point, and its outbound calls with it) and the layer answers **504** with what the
 //!    hop was doing: `deadline exceeded at inventory while calling orders: budget 600 ms,

@@ -98,8 +98,9 @@ impl Sources {
     /// one for `Deadline-Budget-Ms`), each of which hashes its name byte by byte and probes
     /// the table: a few header lines cost less to walk than one name costs to hash. The walk
     /// keeps what the lookups would give: the first content type, and every budget line in
-    /// order, the first malformed one ending the read. A gRPC request (whose own timeout
-    /// header is read too) and every other source set take the lookups' path.
+    /// order, the first malformed one ending the read. Every other source set takes the
+    /// lookups' path, and so does a gRPC request (whose own timeout header is read too), after
+    /// the walk that found its content type.
     pub(crate) fn read_request(
         &self,
         name: &str,
@@ -145,9 +146,10 @@ mod tests {
 
     use super::*;
 
-    /// The one pass gives what the two lookups give, line for line: for few lines and many,
-    /// one budget line and several (a malformed one first, last or between), with and without
-    /// a content type (gRPC, Connect, other, repeated), and the gRPC timeout read for gRPC.
+    /// The one pass gives what the two lookups give, line for line: for few lines, the most the
+    /// walk takes and one more, one budget line and several (a malformed one first, last or
+    /// between), with and without a content type (gRPC, Connect, other, repeated), and the
+    /// gRPC timeout read for gRPC.
     #[test]
     fn one_pass_reads_what_the_lookups_read() {
         let max = Budget::from_millis(60_000).expect("a budget");
@@ -184,7 +186,10 @@ mod tests {
         let sources = Sources::default();
         for budget in budgets {
             for kind in kinds {
-                for padding in [0, 2, WALK_MAX_LINES] {
+                // Few lines, as many as the walk takes, and one more (the lookups' path).
+                let own = 1 + kind.len() + budget.len();
+                for lines in [own, own + 2, WALK_MAX_LINES, WALK_MAX_LINES + 1] {
+                    let padding = lines.saturating_sub(own);
                     let mut headers = HeaderMap::new();
                     headers.insert("host", HeaderValue::from_static("svc"));
                     for i in 0..padding {
@@ -197,6 +202,7 @@ mod tests {
                     for value in *budget {
                         headers.append(BUDGET_HEADER, HeaderValue::from_static(value));
                     }
+                    assert_eq!(headers.len(), lines.max(own));
                     let caller = Caller::of(&headers);
                     let expected = (caller, sources.read("svc", &headers, max, caller.is_grpc()));
                     let case = format!("{headers:?}");
