@@ -273,6 +273,29 @@ pub fn read_budget(
     read_lines(headers, &BUDGET_HEADER, |raw| parse_budget(raw, max))
 }
 
+/// Adds one `Deadline-Budget-Ms` line, `raw`, to the lines read before it (`smallest`, their
+/// value so far): the smaller of the two, or the line's error. [`read_budget`] is this over
+/// every line of the header; a reader that meets a request's lines one by one (a single pass
+/// over all its headers) calls it for each budget line, and stops at the first error.
+pub fn add_budget_line(
+    smallest: Option<BudgetValue>,
+    raw: &[u8],
+    max: Budget,
+) -> Result<Option<BudgetValue>, MalformedBudget> {
+    add_line(smallest, raw, |raw| parse_budget(raw, max))
+}
+
+/// One more line of a budget header, read with `parse`, added to the value of the lines before
+/// it: the smaller of the two, or the line's error.
+fn add_line(
+    smallest: Option<BudgetValue>,
+    raw: &[u8],
+    parse: impl Fn(&[u8]) -> Result<BudgetValue, MalformedBudget>,
+) -> Result<Option<BudgetValue>, MalformedBudget> {
+    let value = parse(raw)?;
+    Ok(Some(smallest.map_or(value, |s| s.min(value))))
+}
+
 /// Reads every line of header `name` with `parse`: `Ok(None)` when there is none, the smallest
 /// value when all are valid, the first error otherwise.
 pub(crate) fn read_lines(
@@ -280,12 +303,12 @@ pub(crate) fn read_lines(
     name: &HeaderName,
     parse: impl Fn(&[u8]) -> Result<BudgetValue, MalformedBudget>,
 ) -> Result<Option<BudgetValue>, MalformedBudget> {
-    let mut smallest: Option<BudgetValue> = None;
-    for line in headers.get_all(name) {
-        let value = parse(line.as_bytes())?;
-        smallest = Some(smallest.map_or(value, |s| s.min(value)));
-    }
-    Ok(smallest)
+    headers
+        .get_all(name)
+        .iter()
+        .try_fold(None, |smallest, line| {
+            add_line(smallest, line.as_bytes(), &parse)
+        })
 }
 
 /// The header value telling a callee it has `remaining`: truncated to whole milliseconds, never

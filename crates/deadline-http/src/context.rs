@@ -182,7 +182,7 @@ impl DeadlineContext {
 
     /// Runs `future` with this context as the current one.
     pub fn scope<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
-        CURRENT.scope(Some(self), future)
+        self.scoped(future)
     }
 
     /// As [`scope`](Self::scope), with a type that can be named (the enforce layer's future

@@ -293,14 +293,8 @@ fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
         // call and its first poll are not a queue), and without a cutoff to be too late for,
         // the clock is not read again.
         None => {
-            if let Some(cutoff) = reply.cutoff {
-                let now = Instant::now();
-                if now >= cutoff {
-                    return Step::End(Ending::GaveUp {
-                        now,
-                        activity: Activity::Queued,
-                    });
-                }
+            if let Some(late) = reply.cutoff.and_then(|_| too_late(reply, Instant::now())) {
+                return late;
             }
             if let Some(recorder) = reply.recorder.as_mut() {
                 recorder.start_on_arrival();
@@ -331,6 +325,17 @@ fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
         },
     };
     begin(slot, reply)
+}
+
+/// The end of a request whose work has not started, if its cutoff has passed at `now` (a
+/// cutoff that comes at `now` itself is passed): nothing starts after its deadline.
+fn too_late<B, E>(reply: &Reply, now: Instant) -> Option<Step<B, E>> {
+    reply.cutoff.is_some_and(|cutoff| now >= cutoff).then(|| {
+        Step::End(Ending::GaveUp {
+            now,
+            activity: Activity::Queued,
+        })
+    })
 }
 
 /// In the queue: start when a slot comes, give up at the cutoff.
@@ -384,12 +389,9 @@ where
 /// request that queued is shed instead if too little time is left for the work.
 fn begin<B, E>(mut slot: Slot, reply: &mut Reply) -> Step<B, E> {
     let now = Instant::now();
-    if reply.cutoff.is_some_and(|cutoff| now >= cutoff) {
-        // Too late: the work and the slot go unused.
-        return Step::End(Ending::GaveUp {
-            now,
-            activity: Activity::Queued,
-        });
+    if let Some(late) = too_late(reply, now) {
+        // The work and the slot go unused.
+        return late;
     }
     if let Err(shed) = slot.begin(|| reply.deadline_cutoff(), now) {
         return Step::End(Ending::Shed {

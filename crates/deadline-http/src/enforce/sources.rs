@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use deadline::BUDGET_HEADER;
 use deadline::Budget;
 use deadline::absolute::{AbsoluteUse, REQUEST_DEADLINE_HEADER, SkewGuard};
-use deadline::header::{BudgetValue, MalformedBudget, parse_budget, read_budget};
+use deadline::header::{BudgetValue, MalformedBudget, add_budget_line, read_budget};
 use deadline::inbound::{Source, SourceSet, read_inbound};
 use http::HeaderMap;
 use http::header::CONTENT_TYPE;
@@ -115,11 +115,8 @@ impl Sources {
                 if line == CONTENT_TYPE {
                     content_type = content_type.or(Some(value));
                 } else if line == BUDGET_HEADER {
-                    if let Ok(smallest) = &budget {
-                        let smallest = *smallest;
-                        budget = parse_budget(value.as_bytes(), max)
-                            .map(|value| Some(smallest.map_or(value, |s| s.min(value))));
-                    }
+                    budget = budget
+                        .and_then(|smallest| add_budget_line(smallest, value.as_bytes(), max));
                 } else if line == CONNECT_PROTOCOL_VERSION {
                     connect = true;
                 }
