@@ -28,7 +28,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tokio::task::futures::TaskLocalFuture;
 use tokio::time::{Instant, Sleep};
-use tower::util::Oneshot;
+use tower_service::Service;
 
 use super::answer::{self, Caller};
 use super::body::EnforceBody;
@@ -46,9 +46,64 @@ use crate::hold::HoldOutcome;
 #[cfg(feature = "baseline")]
 use tokio::task::{JoinError, JoinHandle};
 
-/// The inner service's work for one request (a `oneshot` call: readiness, then the call),
-/// inside the request's context scope when it has a context.
-pub type ScopedWork<S, R> = Work<Oneshot<S, Request<R>>>;
+/// The inner service's work for one request (readiness, then the call), inside the request's
+/// context scope when it has a context.
+pub type ScopedWork<S, R> = Work<Call<S, Request<R>>>;
+
+pin_project! {
+    /// The inner service's work for one request: waits for the service to be ready, calls it
+    /// with the request, then polls the future it returned.
+    ///
+    /// What tower's `Oneshot` does, without its last step: the inner future's output is handed
+    /// on as it comes rather than taken apart and wrapped again, so a response is not moved once
+    /// more on its way out (the future is dropped right after, by the layer).
+    // The macro takes no doc comments on an enum's fields.
+    #[allow(missing_docs)]
+    #[project = CallProj]
+    pub enum Call<S: Service<R>, R> {
+        /// Waiting for the service to be ready; the request is taken when it is.
+        NotReady { service: S, request: Option<R> },
+        /// The service's future for the request.
+        Called { #[pin] future: S::Future },
+    }
+}
+
+impl<S: Service<R>, R> Call<S, R> {
+    /// A call of `service` with `request` once it is ready.
+    pub(crate) fn new(service: S, request: R) -> Self {
+        Call::NotReady {
+            service,
+            request: Some(request),
+        }
+    }
+}
+
+impl<S: Service<R>, R> Future for Call<S, R> {
+    type Output = Result<S::Response, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project() {
+                CallProj::NotReady { service, request } => {
+                    std::task::ready!(service.poll_ready(cx))?;
+                    let request = request.take().expect("the request is taken once");
+                    let future = service.call(request);
+                    self.set(Call::Called { future });
+                }
+                CallProj::Called { future } => return future.poll(cx),
+            }
+        }
+    }
+}
+
+impl<S: Service<R>, R> fmt::Debug for Call<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Call::NotReady { .. } => "Call::NotReady",
+            Call::Called { .. } => "Call::Called",
+        })
+    }
+}
 
 pin_project! {
     /// A request's work, with or without its context as the current one.
@@ -166,20 +221,22 @@ enum Step<B, E> {
     Next(State<B, E>),
     /// The request is over for this future: the state is dropped (the work and its slot with
     /// it), then the answer is made.
-    End(Ending<B, E>),
+    End(Ending),
+    /// Baseline mode: the spawned work ended (or the runtime cancelled it); the same as `End`.
+    /// Boxed: it holds the hold's recorder, which would make every `Step` as large; the
+    /// baseline is a comparison mode, where an allocation does not matter.
+    #[cfg(feature = "baseline")]
+    Joined(Box<Joined<B, E>>),
 }
 
-/// How a request ended, with what its answer needs (read before the state is dropped).
-pub(crate) enum Ending<B, E> {
+/// How a request ended without its work's answer, with what the layer's own answer needs (read
+/// before the state is dropped). A work that answers is answered in place (see
+/// [`ResponseFuture`]'s poll).
+pub(crate) enum Ending {
     /// Answered on arrival.
     Rejected { status: StatusCode, message: String },
     /// The time ran out before the work started, while the hop was doing `activity`.
     GaveUp { now: Instant, activity: Activity },
-    /// The work finished at `now`.
-    Worked {
-        result: Result<Response<B>, E>,
-        now: Instant,
-    },
     /// The cutoff came at `now` while the work was doing `activity`.
     Cut { now: Instant, activity: Activity },
     /// Refused at `now` by admission, on arrival or when granted a slot. Boxed, to keep every
@@ -187,11 +244,6 @@ pub(crate) enum Ending<B, E> {
     Shed { now: Instant, shed: Box<Shed> },
     /// Refused at `now` on arrival: every slot busy and `waiting` (the limit) already waiting.
     QueueFull { now: Instant, waiting: usize },
-    /// Baseline mode: the spawned work ended (or the runtime cancelled it).
-    #[cfg(feature = "baseline")]
-    /// Boxed: it holds the hold's recorder, which would make every `Ending` (and `Step`) as
-    /// large; the baseline is a comparison mode, where an allocation does not matter.
-    Baseline(Box<Joined<B, E>>),
 }
 
 /// What every state needs to answer: the request's cutoff, context, hop settings and hold.
@@ -261,12 +313,36 @@ where
                 State::Queued { acquire, .. } => {
                     queued(acquire, this.reply, this.sleep.as_mut(), cx)
                 }
+                // The work is polled first, so it wins a tie with the cutoff (see the
+                // [module docs](self#the-tie-between-the-work-and-the-cutoff)).
                 State::Running { .. } => {
-                    running(this.work.as_mut(), this.reply, this.sleep.as_mut(), cx)
+                    let work = this
+                        .work
+                        .as_mut()
+                        .as_pin_mut()
+                        .expect("the work stays in the future until it ends");
+                    match work.poll(cx) {
+                        // The answer is made here rather than carried out in a `Step`: the
+                        // response is then moved once less on every request that works.
+                        Poll::Ready(result) => {
+                            let now = Instant::now();
+                            over(this.work, this.state);
+                            return Poll::Ready(this.reply.worked(result, now));
+                        }
+                        // Read what the work was doing before it is dropped: its guards restore
+                        // the activity as they go.
+                        Poll::Pending if this.reply.fired(this.sleep.as_mut(), cx) => {
+                            Step::End(Ending::Cut {
+                                now: Instant::now(),
+                                activity: this.reply.activity(),
+                            })
+                        }
+                        Poll::Pending => Step::Pending,
+                    }
                 }
                 #[cfg(feature = "baseline")]
                 State::Baseline { task } => match poll_task(task, cx) {
-                    Poll::Ready(joined) => Step::End(Ending::Baseline(Box::new(joined))),
+                    Poll::Ready(joined) => Step::Joined(Box::new(joined)),
                     Poll::Pending => Step::Pending,
                 },
                 State::Done(_) => panic!("ResponseFuture polled after completion"),
@@ -275,15 +351,24 @@ where
                 Step::Pending => return Poll::Pending,
                 Step::Next(state) => this.state.set(state),
                 Step::End(ending) => {
-                    // The work is over: drop it and release the slot before the answer is made
-                    // (and so before its body is written).
-                    this.work.set(None);
-                    this.state.set(State::Done(PhantomData));
+                    over(this.work, this.state);
                     return Poll::Ready(this.reply.end(ending));
+                }
+                #[cfg(feature = "baseline")]
+                Step::Joined(joined) => {
+                    over(this.work, this.state);
+                    return Poll::Ready(baseline_answer(this.reply, *joined));
                 }
             }
         }
     }
+}
+
+/// The request is over for this future: its work is dropped and its slot released before the
+/// answer is made (and so before its body is written).
+fn over<B, E, F>(mut work: Pin<&mut Option<F>>, mut state: Pin<&mut State<B, E>>) {
+    work.set(None);
+    state.set(State::Done(PhantomData));
 }
 
 /// First poll: take a free slot and start, join the queue, or (admission) be shed.
@@ -355,35 +440,6 @@ fn queued<B, E>(
     }
 }
 
-/// Working: the work's answer, or the cutoff. The work is polled first, so it wins a tie
-/// (see the [module docs](self#the-tie-between-the-work-and-the-cutoff)).
-fn running<B, E, F>(
-    work: Pin<&mut Option<F>>,
-    reply: &mut Reply,
-    sleep: Pin<&mut Option<Sleep>>,
-    cx: &mut Context<'_>,
-) -> Step<B, E>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    let work = work
-        .as_pin_mut()
-        .expect("the work stays in the future until it ends");
-    match work.poll(cx) {
-        Poll::Ready(result) => Step::End(Ending::Worked {
-            result,
-            now: Instant::now(),
-        }),
-        // Read what the work was doing before it is dropped: its guards restore the activity
-        // as they go.
-        Poll::Pending if reply.fired(sleep, cx) => Step::End(Ending::Cut {
-            now: Instant::now(),
-            activity: reply.activity(),
-        }),
-        Poll::Pending => Step::Pending,
-    }
-}
-
 /// Starts the work with `slot`, unless the cutoff has already passed (a slot that came free at
 /// the cutoff itself is too late): nothing starts after its deadline. With admission on, a
 /// request that queued is shed instead if too little time is left for the work.
@@ -440,8 +496,25 @@ impl Reply {
             .expect("the recorder stays in the future until it answers")
     }
 
+    /// The answer for the work's `result`, which it gave at `now`.
+    fn worked<B, E>(
+        &mut self,
+        result: Result<Response<B>, E>,
+        now: Instant,
+    ) -> Result<Response<EnforceBody<B>>, E> {
+        let mut recorder = self.take_recorder();
+        recorder.end(now);
+        match result {
+            Ok(response) => Ok(self.deliver(recorder, response, now)),
+            Err(error) => {
+                fail(recorder);
+                Err(error)
+            }
+        }
+    }
+
     /// The answer for `ending`.
-    fn end<B, E>(&mut self, ending: Ending<B, E>) -> Result<Response<EnforceBody<B>>, E> {
+    fn end<B, E>(&mut self, ending: Ending) -> Result<Response<EnforceBody<B>>, E> {
         match ending {
             Ending::Rejected { status, message } => {
                 let mut recorder = self.take_recorder();
@@ -452,17 +525,6 @@ impl Reply {
                 let mut recorder = self.take_recorder();
                 recorder.left_queue(now);
                 Ok(self.deadline(recorder, &activity))
-            }
-            Ending::Worked { result, now } => {
-                let mut recorder = self.take_recorder();
-                recorder.end(now);
-                match result {
-                    Ok(response) => Ok(self.deliver(recorder, response, now)),
-                    Err(error) => {
-                        fail(recorder);
-                        Err(error)
-                    }
-                }
             }
             Ending::Cut { now, activity } => {
                 let mut recorder = self.take_recorder();
@@ -484,8 +546,6 @@ impl Reply {
                 );
                 Ok(self.refused(now, message))
             }
-            #[cfg(feature = "baseline")]
-            Ending::Baseline(joined) => baseline_answer(self, *joined),
         }
     }
 
@@ -645,5 +705,84 @@ fn baseline_answer<B, E>(
                 Ok(response)
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Ready;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A service that is ready on its `ready_at`-th `poll_ready` (counting from 1), or fails
+    /// there when `fail`, and answers its request's path.
+    #[derive(Clone)]
+    struct Late {
+        polls: Arc<AtomicUsize>,
+        calls: Arc<AtomicUsize>,
+        ready_at: usize,
+        fail: bool,
+    }
+
+    impl Service<Request<()>> for Late {
+        type Response = String;
+        type Error = &'static str;
+        type Future = Ready<Result<String, &'static str>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            let polls = self.polls.fetch_add(1, Ordering::Relaxed) + 1;
+            if polls < self.ready_at {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(if self.fail { Err("not ready") } else { Ok(()) })
+        }
+
+        fn call(&mut self, request: Request<()>) -> Self::Future {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            std::future::ready(Ok(request.uri().path().to_owned()))
+        }
+    }
+
+    fn late(ready_at: usize, fail: bool) -> Late {
+        Late {
+            polls: Arc::default(),
+            calls: Arc::default(),
+            ready_at,
+            fail,
+        }
+    }
+
+    /// The request goes to the service once it says it is ready, not before, and only once;
+    /// the service's answer and its readiness error come out as they are.
+    #[tokio::test]
+    async fn the_call_waits_for_readiness_and_passes_the_answer_on() {
+        let request = || Request::builder().uri("/stock").body(()).unwrap();
+
+        let service = late(3, false);
+        let mut call = std::pin::pin!(Call::new(service.clone(), request()));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(call.as_mut().poll(&mut cx).is_pending());
+        assert!(call.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            service.calls.load(Ordering::Relaxed),
+            0,
+            "called before ready"
+        );
+        assert_eq!(
+            call.as_mut().poll(&mut cx),
+            Poll::Ready(Ok("/stock".to_owned()))
+        );
+        assert_eq!(service.polls.load(Ordering::Relaxed), 3);
+        assert_eq!(service.calls.load(Ordering::Relaxed), 1);
+
+        let service = late(2, true);
+        assert_eq!(
+            Call::new(service.clone(), request()).await,
+            Err("not ready")
+        );
+        assert_eq!(service.calls.load(Ordering::Relaxed), 0);
     }
 }

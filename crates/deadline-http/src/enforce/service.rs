@@ -9,13 +9,12 @@ use deadline::Deadline;
 use deadline::header::BudgetValue;
 use http::{Request, Response, StatusCode};
 use tokio::time::Instant;
-use tower::ServiceExt;
 use tower_service::Service;
 
 #[cfg(feature = "baseline")]
 use super::baseline;
 use super::body::EnforceBody;
-use super::future::{Reply, ResponseFuture, ScopedWork, Work};
+use super::future::{Call, Reply, ResponseFuture, ScopedWork, Work};
 use super::recorder::Recorder;
 use super::settings::HopSettings;
 use crate::context::DeadlineContext;
@@ -162,7 +161,7 @@ where
                 extensions.insert(deadline);
             }
         }
-        let work = Work::new(ctx.clone(), self.inner.clone().oneshot(request));
+        let work = Work::new(ctx.clone(), Call::new(self.inner.clone(), request));
         let reply = Reply {
             cutoff: cutoff.map(time::to_tokio),
             ctx,
