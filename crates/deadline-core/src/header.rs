@@ -62,6 +62,14 @@ impl BudgetValue {
         }
     }
 
+    /// The time this value leaves: none for an expired one.
+    pub fn remaining(self) -> Duration {
+        match self {
+            BudgetValue::Expired => Duration::ZERO,
+            BudgetValue::Remaining(budget) => budget.as_duration(),
+        }
+    }
+
     /// The smaller of two values; expired is the smallest of all.
     pub fn min(self, other: BudgetValue) -> BudgetValue {
         match (self, other) {

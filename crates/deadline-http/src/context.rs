@@ -144,10 +144,22 @@ impl DeadlineContext {
     /// A context for a request that arrived at `arrival` with `deadline` (none: no deadline),
     /// keeping `reserve` back for writing the reply.
     pub fn new(deadline: Option<Deadline>, reserve: Duration, arrival: Instant) -> DeadlineContext {
+        let times = deadline.map(|d| (d, d.earlier_by(reserve, time::to_std(arrival))));
+        DeadlineContext::with_cutoff(times, reserve, arrival)
+    }
+
+    /// The context of a request that arrived at `arrival` with a deadline and its cutoff (the
+    /// deadline less `reserve`, never before `arrival`) already worked out, as
+    /// [`Deadline::after_with_reserve`] gives them.
+    pub(crate) fn with_cutoff(
+        times: Option<(Deadline, Deadline)>,
+        reserve: Duration,
+        arrival: Instant,
+    ) -> DeadlineContext {
         DeadlineContext {
             inner: Arc::new(Inner {
-                deadline,
-                cutoff: deadline.map(|d| d.earlier_by(reserve, time::to_std(arrival))),
+                deadline: times.map(|(deadline, _)| deadline),
+                cutoff: times.map(|(_, cutoff)| cutoff),
                 reserve,
                 arrival,
                 log: Mutex::new(WorkLog::default()),

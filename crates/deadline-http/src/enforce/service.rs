@@ -126,7 +126,11 @@ where
             return reject(recorder, StatusCode::GATEWAY_TIMEOUT, message);
         }
 
-        let deadline: Option<Deadline> = budget.map(|b| b.deadline(time::to_std(arrival)));
+        // The deadline and the cutoff (the deadline less the reply reserve) from the budget.
+        let times = budget.map(|b| {
+            Deadline::after_with_reserve(time::to_std(arrival), b.remaining(), settings.reserve)
+        });
+        let deadline = times.map(|(deadline, _)| deadline);
         // A request without a budget, whose answer shows no trace, runs without a context when
         // the layer is told so and nothing else needs one (see `context_without_budget`).
         let needs_context =
@@ -134,10 +138,11 @@ where
         #[cfg(feature = "otel")]
         let needs_context = needs_context || recorder.span_context().is_valid();
         #[cfg(not(feature = "otel"))]
-        let ctx = needs_context.then(|| DeadlineContext::new(deadline, settings.reserve, arrival));
+        let ctx =
+            needs_context.then(|| DeadlineContext::with_cutoff(times, settings.reserve, arrival));
         #[cfg(feature = "otel")]
         let ctx = needs_context.then(|| {
-            DeadlineContext::new(deadline, settings.reserve, arrival)
+            DeadlineContext::with_cutoff(times, settings.reserve, arrival)
                 .with_span(recorder.span_context())
         });
         let cutoff = ctx.as_ref().and_then(DeadlineContext::cutoff);
