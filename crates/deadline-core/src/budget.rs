@@ -101,8 +101,9 @@ impl Deadline {
     /// start))`, the same two values, worked out from `duration` itself.
     ///
     /// A request's deadline and its cutoff on arrival. The deadline less `start` is `duration`
-    /// whenever the sum fits, so nothing is subtracted from an instant: one addition each where
-    /// the two calls take three instant operations.
+    /// whenever the sum fits (an [`Instant`] adds and subtracts exactly, in whole nanoseconds),
+    /// so nothing is subtracted from an instant: one addition each where the two calls take
+    /// three instant operations.
     pub fn after_with_reserve(
         start: Instant,
         duration: Duration,

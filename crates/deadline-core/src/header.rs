@@ -62,7 +62,7 @@ impl BudgetValue {
         }
     }
 
-    /// The time this value leaves: none for an expired one.
+    /// The time this value leaves: zero for an expired one.
     pub fn remaining(self) -> Duration {
         match self {
             BudgetValue::Expired => Duration::ZERO,

@@ -1,7 +1,8 @@
 //! [`ResponseFuture`], the future returned by [`EnforceDeadline`](super::EnforceDeadline).
 //!
 //! A state machine in tower's shape: a state enum in a pinned field, one small function per
-//! state, and `this.state.set(…)` to move on. The work itself is a pinned field of the future,
+//! state (but the running one, whose work's answer is made where it is polled, so the response
+//! is not moved out through a `Step` first), and `this.state.set(…)` to move on. The work itself is a pinned field of the future,
 //! not part of a state: it is polled in place from its first poll to its end and never moved,
 //! so it needs no box, and no state has to be taken apart to move it along.
 //!
@@ -56,14 +57,20 @@ pin_project! {
     ///
     /// What tower's `Oneshot` does, without its last step: the inner future's output is handed
     /// on as it comes rather than taken apart and wrapped again, so a response is not moved once
-    /// more on its way out (the future is dropped right after, by the layer).
-    // The macro takes no doc comments on an enum's fields.
-    #[allow(missing_docs)]
-    #[project = CallProj]
-    pub enum Call<S: Service<R>, R> {
-        /// Waiting for the service to be ready; the request is taken when it is.
+    /// more on its way out. The layer drops it as soon as it is ready; polled again after that,
+    /// it would poll the finished inner future again.
+    pub struct Call<S: Service<R>, R> {
+        #[pin]
+        state: CallState<S, R>,
+    }
+}
+
+pin_project! {
+    #[project = CallStateProj]
+    enum CallState<S: Service<R>, R> {
+        // Waiting for the service to be ready; the request is taken when it is.
         NotReady { service: S, request: Option<R> },
-        /// The service's future for the request.
+        // The service's future for the request.
         Called { #[pin] future: S::Future },
     }
 }
@@ -71,9 +78,11 @@ pin_project! {
 impl<S: Service<R>, R> Call<S, R> {
     /// A call of `service` with `request` once it is ready.
     pub(crate) fn new(service: S, request: R) -> Self {
-        Call::NotReady {
-            service,
-            request: Some(request),
+        Call {
+            state: CallState::NotReady {
+                service,
+                request: Some(request),
+            },
         }
     }
 }
@@ -81,16 +90,17 @@ impl<S: Service<R>, R> Call<S, R> {
 impl<S: Service<R>, R> Future for Call<S, R> {
     type Output = Result<S::Response, S::Error>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
         loop {
-            match self.as_mut().project() {
-                CallProj::NotReady { service, request } => {
+            match state.as_mut().project() {
+                CallStateProj::NotReady { service, request } => {
                     std::task::ready!(service.poll_ready(cx))?;
                     let request = request.take().expect("the request is taken once");
                     let future = service.call(request);
-                    self.set(Call::Called { future });
+                    state.set(CallState::Called { future });
                 }
-                CallProj::Called { future } => return future.poll(cx),
+                CallStateProj::Called { future } => return future.poll(cx),
             }
         }
     }
@@ -98,9 +108,9 @@ impl<S: Service<R>, R> Future for Call<S, R> {
 
 impl<S: Service<R>, R> fmt::Debug for Call<S, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Call::NotReady { .. } => "Call::NotReady",
-            Call::Called { .. } => "Call::Called",
+        f.write_str(match self.state {
+            CallState::NotReady { .. } => "Call(not ready)",
+            CallState::Called { .. } => "Call(called)",
         })
     }
 }
@@ -783,6 +793,10 @@ mod tests {
             Call::new(service.clone(), request()).await,
             Err("not ready")
         );
+        assert_eq!(service.polls.load(Ordering::Relaxed), 2);
         assert_eq!(service.calls.load(Ordering::Relaxed), 0);
+
+        let failing = tower::service_fn(|_: Request<()>| async { Err::<String, _>("failed") });
+        assert_eq!(Call::new(failing, request()).await, Err("failed"));
     }
 }
