@@ -56,10 +56,7 @@ impl BudgetValue {
     /// The deadline this value sets for a request that arrived at `arrival`. An expired value
     /// sets a deadline at the arrival itself, which has already passed.
     pub fn deadline(self, arrival: std::time::Instant) -> Deadline {
-        match self {
-            BudgetValue::Expired => Deadline::at(arrival),
-            BudgetValue::Remaining(budget) => Deadline::after(arrival, budget),
-        }
+        Deadline::after_duration(arrival, self.remaining())
     }
 
     /// The time this value leaves: zero for an expired one.

@@ -2,9 +2,10 @@
 //!
 //! A state machine in tower's shape: a state enum in a pinned field, one small function per
 //! state (but the running one, whose work's answer is made where it is polled, so the response
-//! is not moved out through a `Step` first), and `this.state.set(…)` to move on. The work itself is a pinned field of the future,
-//! not part of a state: it is polled in place from its first poll to its end and never moved,
-//! so it needs no box, and no state has to be taken apart to move it along.
+//! is not moved out through a `Step` first), and `this.state.set(…)` to move on. The work
+//! itself is a pinned field of the future, not part of a state: it is polled in place from its
+//! first poll to its end and never moved, so it needs no box, and no state has to be taken
+//! apart to move it along.
 //!
 //! # The tie between the work and the cutoff
 //!
@@ -388,8 +389,10 @@ fn start<B, E>(slots: Option<Arc<Slots>>, reply: &mut Reply) -> Step<B, E> {
         // call and its first poll are not a queue), and without a cutoff to be too late for,
         // the clock is not read again.
         None => {
-            if let Some(late) = reply.cutoff.and_then(|_| too_late(reply, Instant::now())) {
-                return late;
+            if reply.cutoff.is_some() {
+                if let Some(late) = too_late(reply, Instant::now()) {
+                    return late;
+                }
             }
             if let Some(recorder) = reply.recorder.as_mut() {
                 recorder.start_on_arrival();

@@ -145,7 +145,7 @@ where
             DeadlineContext::with_cutoff(times, settings.reserve, arrival)
                 .with_span(recorder.span_context())
         });
-        let cutoff = ctx.as_ref().and_then(DeadlineContext::cutoff);
+        let cutoff = times.map(|(_, cutoff)| cutoff);
         if let Some(cutoff) = cutoff {
             if cutoff.is_expired(time::to_std(arrival)) {
                 let message = format!(
