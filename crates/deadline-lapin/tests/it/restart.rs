@@ -54,6 +54,12 @@ enum Stop {
 }
 
 async fn restart_mid_run(stop: Stop) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("RUST_LOG").unwrap_or("deadline_lapin=debug,lapin=info".into()),
+        ))
+        .with_test_writer()
+        .try_init();
     let mut node = Node::start().await;
     let url = node.url();
     let queue = "deadline-lapin-test-restart";
@@ -169,8 +175,12 @@ async fn restart_mid_run(stop: Stop) {
                 .collect();
             panic!(
                 "not every message was worked on within 120 s of the restart: {} missing: \
-                 {missing:?}",
-                missing.len()
+                 {missing:?}; {} confirmed; producer: {} reconnect(s); consumer: {} \
+                 reconnect(s)",
+                missing.len(),
+                confirmed.lock().unwrap().len(),
+                producing.reconnects(),
+                consuming.reconnects(),
             )
         });
 
