@@ -18,6 +18,10 @@
 //!   acknowledged when the connection drops go back to the queue and are delivered again after
 //!   the restart (flagged `redelivered`), so the work of a message whose acknowledgement was
 //!   lost is done twice. The consumer subscribes again on the new connection by itself.
+//! - Nothing waits on a dead connection: an acknowledgement, a channel opening or a
+//!   subscription that lapin leaves unanswered when the connection drops is given up within a
+//!   second of the connection or channel no longer reading as up, and the publish or consumer
+//!   goes on as above.
 //! - The expiry rules do not change: a message that expired while the broker was down is
 //!   discarded unworked (and acknowledged, counted) when it is delivered.
 //! - [`Broker::reconnects`] counts the connections re-dialled. If the broker is unreachable for
@@ -33,14 +37,11 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::alive::{LIVENESS, Over, connection_closed, while_up};
 use crate::clock::wall_now;
 use crate::metrics::JobMetrics;
 use crate::policy::Expiry;
 use crate::produce::{Producer, PublishError, Published};
-
-/// How often a publish still waiting for its confirmation looks at its connection: one that
-/// died without failing the wait is noticed this late at most.
-const LIVENESS: Duration = Duration::from_secs(1);
 
 /// How [`Broker`] re-dials a dropped connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,7 +178,12 @@ impl Broker {
         let mut state = self.inner.state.lock().await;
         self.live(&mut state).await?;
         let connection = state.connection.as_ref().expect("connected just above");
-        let channel = connection.create_channel().await;
+        let channel = while_up(
+            Over::Connection(connection),
+            "channel.open",
+            connection.create_channel(),
+        )
+        .await;
         match channel {
             Ok(channel) => Ok((channel, state.generation)),
             Err(err) => {
@@ -332,11 +338,7 @@ impl Broker {
                 match tokio::time::timeout(LIVENESS, &mut publish).await {
                     Ok(outcome) => break outcome,
                     Err(_) if self.dropped(generation).await => {
-                        break Err(PublishError::Broker(lapin::Error::from(
-                            lapin::ErrorKind::InvalidConnectionState(
-                                lapin::ConnectionState::Closed,
-                            ),
-                        )));
+                        break Err(PublishError::Broker(connection_closed()));
                     }
                     Err(_) => {}
                 }

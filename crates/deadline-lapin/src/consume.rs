@@ -57,6 +57,7 @@ use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::time::Instant;
 
+use crate::alive::{LIVENESS, Over, while_up};
 use crate::broker::Broker;
 use crate::clock::wall_now;
 use crate::metrics::{JobMetrics, Outcome};
@@ -76,10 +77,6 @@ pub struct Consumer {
     metrics: Option<JobMetrics>,
     resume: Option<Resume>,
 }
-
-/// How often a re-dialling consumer with no delivery looks at its channel: a connection that
-/// dies without ending the delivery stream is noticed this late at most.
-const LIVENESS: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a consumer made with [`Consumer::on`] needs to subscribe again after the connection
 /// dropped.
@@ -223,7 +220,12 @@ impl Consumer {
         queue: &str,
         prefetch: u16,
     ) -> Result<Consumer, lapin::Error> {
-        let channel = connection.create_channel().await?;
+        let channel = while_up(
+            Over::Connection(connection),
+            "channel.open",
+            connection.create_channel(),
+        )
+        .await?;
         Consumer::subscribed(channel, queue, prefetch, None).await
     }
 
@@ -521,26 +523,41 @@ impl Consumer {
                 }
             }
         };
-        let settled = match &handled {
+        let reject = match &handled {
             Handled::Malformed { error, .. } => {
                 tracing::warn!(queue = %self.queue, %error, "message rejected: malformed expiry");
-                delivery.reject(BasicRejectOptions { requeue: false }).await
+                true
             }
             Handled::Failed { error, .. } => {
                 tracing::warn!(queue = %self.queue, %error, "message rejected: the handler failed");
-                delivery.reject(BasicRejectOptions { requeue: false }).await
+                true
             }
             Handled::Worked { .. }
             | Handled::Expired { .. }
             | Handled::NotEnoughTime { .. }
-            | Handled::DeadlineExceeded { .. } => delivery.ack(BasicAckOptions::default()).await,
+            | Handled::DeadlineExceeded { .. } => false,
+        };
+        let operation = if reject { "basic.reject" } else { "basic.ack" };
+        let settle = async {
+            if reject {
+                delivery.reject(BasicRejectOptions { requeue: false }).await
+            } else {
+                delivery.ack(BasicAckOptions::default()).await
+            }
+        };
+        // Not trusted to answer on a channel that died (see the `alive` module), and an acker
+        // that declines (`Ok(false)`: its channel had already ended) settled nothing.
+        let settled = match while_up(Over::Channel(&self.channel), operation, settle).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Over::Channel(&self.channel).gone(operation)),
+            Err(err) => Err(err),
         };
         if let Some(metrics) = &self.metrics
             && (settled.is_ok() || self.resume.is_some())
         {
             metrics.consumed(&self.queue, handled.outcome(), age);
         }
-        (handled, settled.map(drop))
+        (handled, settled)
     }
 }
 
@@ -551,16 +568,23 @@ async fn subscribe(
     queue: &str,
     prefetch: u16,
 ) -> Result<lapin::Consumer, lapin::Error> {
-    channel
-        .basic_qos(prefetch.max(1), BasicQosOptions::default())
-        .await?;
+    let over = || Over::Channel(channel);
+    while_up(
+        over(),
+        "basic.qos",
+        channel.basic_qos(prefetch.max(1), BasicQosOptions::default()),
+    )
+    .await?;
     let name = crate::queue::name(queue)?;
-    channel
-        .basic_consume(
+    while_up(
+        over(),
+        "basic.consume",
+        channel.basic_consume(
             name,
             ShortString::default(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
-        )
-        .await
+        ),
+    )
+    .await
 }

@@ -75,6 +75,7 @@
 //! - [`metrics`]: produced, consumed by outcome (`expired` among them), age at consumption.
 //! - [`stamp`]: the two headers, written and read.
 
+mod alive;
 pub mod broker;
 mod clock;
 pub mod consume;
