@@ -3,13 +3,15 @@
 //! lapin ends the operations in flight when a connection fails, but not all of them: an
 //! operation handed to its internal queue just after the connection's I/O loop stopped (an
 //! acknowledgement, a channel opening) stays queued behind the stop, its answer neither given
-//! nor refused, for as long as anything holds the channel. Awaited plainly, such an operation
-//! hangs its caller for good: a consumer that acknowledged its last message at the moment the
-//! broker went down would never subscribe again. So every operation this crate awaits on a
-//! connection that may die is awaited in slices of [`LIVENESS`], and given up with an error
-//! once, between two slices, its connection or channel no longer reads as up. An operation on a
-//! live connection is never cut short, however long the broker takes (a connection blocked by
-//! a broker alarm still reads as up).
+//! nor refused, for as long as anything of that connection is held (its channels, their
+//! deliveries' ackers; a channel opening is never answered at all). Awaited plainly, such an
+//! operation hangs its caller for good: a consumer that acknowledged its last message at the
+//! moment the broker went down would never subscribe again. So every channel opening, and
+//! every operation on the paths that go on across a broker restart ([`Broker`](crate::Broker)
+//! and a [`Consumer`](crate::Consumer)'s subscription and settlements), is awaited in slices of
+//! [`LIVENESS`] and given up with an error once, between two slices, its connection or channel
+//! no longer reads as up. An operation on a live connection is never cut short, however long
+//! the broker takes (a connection blocked by a broker alarm still reads as up).
 
 use std::future::Future;
 use std::time::Duration;
@@ -37,7 +39,9 @@ impl Over<'_> {
     }
 
     /// The error of an operation given up, or declined by lapin without being tried (an
-    /// acker's `Ok(false)`: its channel had closed or failed).
+    /// acker's `Ok(false)`: its channel had closed or failed). The state it names is the
+    /// nearest lapin lets a caller read: a channel that is not closing reads as `Error`, even
+    /// one that closed cleanly.
     pub(crate) fn gone(&self, operation: &'static str) -> lapin::Error {
         let kind = match self {
             Over::Connection(connection) if connection.status().closed() => {
@@ -67,7 +71,7 @@ pub(crate) async fn while_up<T>(
         .unwrap_or_else(|| {
             tracing::warn!(
                 operation = name,
-                "no answer on a connection that is down; given up"
+                "no answer on a connection or channel that is down; given up"
             );
             Err(over.gone(name))
         })
@@ -119,7 +123,10 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert!(!wait.is_finished(), "waited while the connection is up");
         up.store(false, Ordering::SeqCst);
-        assert_eq!(wait.await.unwrap(), None);
+        let given_up = tokio::time::timeout(LIVENESS * 2, wait)
+            .await
+            .expect("given up once the connection is down, not waited for forever");
+        assert_eq!(given_up.unwrap(), None);
         let took = tokio::time::Instant::now().saturating_duration_since(started);
         assert!(
             took <= Duration::from_secs(30) + LIVENESS,

@@ -265,15 +265,19 @@ impl Broker {
         }
     }
 
-    /// After a failed publish on connection `generation`: forgets its producer (the channel
-    /// is dead either way), and says whether the connection itself was lost (then the next
-    /// use dials again), as opposed to only the channel (a refusal to publish again).
-    async fn dropped(&self, generation: u64) -> bool {
+    /// After a failed publish on connection `generation` (`failed`), or between two slices of
+    /// a publish still waiting for its confirmation: says whether the connection itself was
+    /// lost (then the next use dials again), as opposed to only the channel (a refusal to
+    /// publish again). A failed publish's producer is forgotten (its channel is dead either
+    /// way); a waiting one's is kept while the connection is up.
+    async fn dropped(&self, generation: u64, failed: bool) -> bool {
         let mut state = self.inner.state.lock().await;
         if state.generation != generation {
             return true;
         }
-        state.producer = None;
+        if failed {
+            state.producer = None;
+        }
         match &state.connection {
             Some(connection) if connection.status().connected() => false,
             _ => {
@@ -337,7 +341,7 @@ impl Broker {
             let outcome = loop {
                 match tokio::time::timeout(LIVENESS, &mut publish).await {
                     Ok(outcome) => break outcome,
-                    Err(_) if self.dropped(generation).await => {
+                    Err(_) if self.dropped(generation, false).await => {
                         break Err(PublishError::Broker(connection_closed()));
                     }
                     Err(_) => {}
@@ -349,9 +353,9 @@ impl Broker {
                 {
                     // A connection that is going down may still read as connected for a
                     // moment: look twice before taking the error for the channel's own.
-                    let mut lost = self.dropped(generation).await;
+                    let mut lost = self.dropped(generation, true).await;
                     tokio::time::sleep(self.inner.reconnect.first_wait).await;
-                    lost = lost || self.dropped(generation).await;
+                    lost = lost || self.dropped(generation, true).await;
                     if !lost {
                         return Err(PublishError::Broker(err));
                     }
