@@ -62,7 +62,7 @@ impl Over<'_> {
 /// Waits for `operation` (named `name` in its error) as long as `over` is up: its own answer,
 /// or an error once `over` reads as down between two slices of [`LIVENESS`].
 pub(crate) async fn while_up<T>(
-    over: Over<'_>,
+    over: &Over<'_>,
     name: &'static str,
     operation: impl Future<Output = Result<T, lapin::Error>>,
 ) -> Result<T, lapin::Error> {
@@ -87,6 +87,18 @@ async fn wait_while<O>(up: impl Fn() -> bool, operation: impl Future<Output = O>
             Err(_) => return None,
         }
     }
+}
+
+/// A new channel on `connection`, its opening given up once the connection is down.
+pub(crate) async fn open_channel(
+    connection: &lapin::Connection,
+) -> Result<lapin::Channel, lapin::Error> {
+    while_up(
+        &Over::Connection(connection),
+        "channel.open",
+        connection.create_channel(),
+    )
+    .await
 }
 
 /// The error for an operation given up on a connection that dropped (as the broker's publish

@@ -37,7 +37,7 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::alive::{LIVENESS, Over, connection_closed, while_up};
+use crate::alive::{LIVENESS, connection_closed, open_channel};
 use crate::clock::wall_now;
 use crate::metrics::JobMetrics;
 use crate::policy::Expiry;
@@ -178,12 +178,7 @@ impl Broker {
         let mut state = self.inner.state.lock().await;
         self.live(&mut state).await?;
         let connection = state.connection.as_ref().expect("connected just above");
-        let channel = while_up(
-            Over::Connection(connection),
-            "channel.open",
-            connection.create_channel(),
-        )
-        .await;
+        let channel = open_channel(connection).await;
         match channel {
             Ok(channel) => Ok((channel, state.generation)),
             Err(err) => {

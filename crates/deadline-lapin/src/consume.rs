@@ -57,7 +57,7 @@ use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::time::Instant;
 
-use crate::alive::{LIVENESS, Over, while_up};
+use crate::alive::{LIVENESS, Over, open_channel, while_up};
 use crate::broker::Broker;
 use crate::clock::wall_now;
 use crate::metrics::{JobMetrics, Outcome};
@@ -220,12 +220,7 @@ impl Consumer {
         queue: &str,
         prefetch: u16,
     ) -> Result<Consumer, lapin::Error> {
-        let channel = while_up(
-            Over::Connection(connection),
-            "channel.open",
-            connection.create_channel(),
-        )
-        .await?;
+        let channel = open_channel(connection).await?;
         Consumer::subscribed(channel, queue, prefetch, None).await
     }
 
@@ -547,9 +542,10 @@ impl Consumer {
         };
         // Not trusted to answer on a channel that died (see the `alive` module), and an acker
         // that declines (`Ok(false)`: its channel had already ended) settled nothing.
-        let settled = match while_up(Over::Channel(&self.channel), operation, settle).await {
+        let over = Over::Channel(&self.channel);
+        let settled = match while_up(&over, operation, settle).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(Over::Channel(&self.channel).gone(operation)),
+            Ok(false) => Err(over.gone(operation)),
             Err(err) => Err(err),
         };
         if let Some(metrics) = &self.metrics
@@ -568,16 +564,16 @@ async fn subscribe(
     queue: &str,
     prefetch: u16,
 ) -> Result<lapin::Consumer, lapin::Error> {
-    let over = || Over::Channel(channel);
+    let over = Over::Channel(channel);
     while_up(
-        over(),
+        &over,
         "basic.qos",
         channel.basic_qos(prefetch.max(1), BasicQosOptions::default()),
     )
     .await?;
     let name = crate::queue::name(queue)?;
     while_up(
-        over(),
+        &over,
         "basic.consume",
         channel.basic_consume(
             name,

@@ -11,7 +11,7 @@ use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
 use tokio::time::Instant;
 
-use crate::alive::{Over, while_up};
+use crate::alive::{Over, open_channel, while_up};
 use crate::clock::wall_now;
 use crate::metrics::JobMetrics;
 use crate::policy::{Expiry, NoRequestDeadline};
@@ -118,14 +118,9 @@ impl Producer {
     /// A producer publishing to the default exchange (the routing key names the queue), on a
     /// new channel of `connection` with publisher confirms on.
     pub async fn new(connection: &Connection) -> Result<Producer, lapin::Error> {
-        let channel = while_up(
-            Over::Connection(connection),
-            "channel.open",
-            connection.create_channel(),
-        )
-        .await?;
+        let channel = open_channel(connection).await?;
         while_up(
-            Over::Channel(&channel),
+            &Over::Channel(&channel),
             "confirm.select",
             channel.confirm_select(ConfirmSelectOptions::default()),
         )
