@@ -21,7 +21,7 @@ pub(crate) struct BenchArgs {
     /// Milliseconds of warm-up before each measured window (requests sent, not counted).
     #[arg(long, default_value_t = 300)]
     pub(crate) warmup_ms: u64,
-    /// The variants to run, comma-separated (default: all eight).
+    /// The variants to run, comma-separated (default: all nine).
     #[arg(long, value_delimiter = ',')]
     pub(crate) variants: Option<Vec<Variant>>,
     /// The budget every request carries, in ms.
@@ -113,6 +113,10 @@ pub(crate) enum Variant {
     /// The handler behind what a Rust service uses today instead: tower-http's timeout over
     /// tower's concurrency limit.
     Peer,
+    /// The peer stack answering with two fixed header lines shaped like the enforce layer's
+    /// `Deadline-Trace` and `Server-Timing` (tower-http's `SetResponseHeaderLayer`, static
+    /// values): what two answer headers cost on that stack with no value made per request.
+    PeerHeaders,
     /// Two bare hops: the edge calls the second with a plain pooled client.
     ChainBare,
     /// Two hops behind the enforce layer, the edge calling through the propagate layer.
@@ -122,12 +126,13 @@ pub(crate) enum Variant {
 }
 
 impl Variant {
-    pub(crate) const ALL: [Variant; 8] = [
+    pub(crate) const ALL: [Variant; 9] = [
         Variant::Bare,
         Variant::Enforce,
         Variant::EnforceMetrics,
         Variant::EnforceQuiet,
         Variant::Peer,
+        Variant::PeerHeaders,
         Variant::ChainBare,
         Variant::ChainDeadline,
         Variant::ChainPeer,
@@ -141,6 +146,7 @@ impl Variant {
             Variant::EnforceQuiet => "enforce-quiet",
             Variant::ChainBare => "chain-bare",
             Variant::Peer => "peer",
+            Variant::PeerHeaders => "peer-headers",
             Variant::ChainDeadline => "chain-deadline",
             Variant::ChainPeer => "chain-peer",
         }
@@ -150,10 +156,11 @@ impl Variant {
     /// deadline layers with the peer stack as well.
     pub(crate) fn baselines(self) -> &'static [Variant] {
         match self {
-            Variant::Enforce => &[Variant::Bare, Variant::Peer],
+            Variant::Enforce => &[Variant::Bare, Variant::Peer, Variant::PeerHeaders],
             Variant::EnforceMetrics => &[Variant::Enforce, Variant::Bare],
             Variant::EnforceQuiet => &[Variant::Enforce, Variant::Peer],
             Variant::Peer => &[Variant::Bare],
+            Variant::PeerHeaders => &[Variant::Peer],
             Variant::ChainDeadline => &[Variant::ChainBare, Variant::ChainPeer],
             Variant::ChainPeer => &[Variant::ChainBare],
             Variant::Bare | Variant::ChainBare => &[],

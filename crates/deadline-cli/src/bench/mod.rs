@@ -1,6 +1,6 @@
 //! `deadline bench`: what the layers cost over real loopback HTTP, side by side in one run.
 //!
-//! Eight servers answer the same trivial handler (`200 ok`, three bytes):
+//! Nine servers answer the same trivial handler (`200 ok`, three bytes):
 //!
 //! | variant | what |
 //! |---|---|
@@ -9,12 +9,13 @@
 //! | `enforce-metrics` | the same, recording into a Prometheus registry (`record_metrics`) |
 //! | `enforce-quiet` | `enforce` with its answer headers shown to nobody (`TraceExposure::Off`: no `Deadline-Trace`, no `Server-Timing`) and no context for a request without a budget (`context_without_budget(false)`), what a service that uses neither pays |
 //! | `peer` | the same behind what a Rust service uses today instead: tower-http's `TimeoutLayer` (2 s, 504) over tower's `ConcurrencyLimitLayer` (1024, never full here) |
+//! | `peer-headers` | `peer` answering with two fixed header lines named and sized like `enforce`'s `Deadline-Trace` and `Server-Timing` (tower-http's `SetResponseHeaderLayer`, static values): what two answer headers cost on that stack with no value made per request |
 //! | `chain-bare` | an edge whose handler calls a second `bare` server with hyper-util's pooled client, two hops |
 //! | `chain-deadline` | the edge behind the enforce layer calls through `DeadlineClient` (the propagate layer over the same pooled client) a second server behind the enforce layer |
 //! | `chain-peer` | two `peer` hops, the edge calling the second with reqwest (pooled, HTTP/1) and a 1 s per-request timeout |
 //!
 //! Ratios compare each layered variant with its bare twin, and the deadline layers with the
-//! peers (`enforce / peer`, `chain-deadline / chain-peer`).
+//! peers (`enforce / peer`, `enforce / peer-headers`, `chain-deadline / chain-peer`).
 //!
 //! Every request carries `Deadline-Budget-Ms` (the bare servers ignore it), so the bytes on the
 //! wire are the same for every variant; `--no-budget` leaves it out, for what a caller that

@@ -12,7 +12,7 @@ use deadline::CallPolicy;
 use deadline_http::enforce::TraceExposure;
 use deadline_http::otel::Tracing;
 use deadline_http::{DeadlineClient, EnforceDeadlineLayer};
-use http::{Request, Response, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{Layer, ServiceBuilder, service_fn};
+use tower_http::set_header::{SetResponseHeader, SetResponseHeaderLayer};
 use tower_http::timeout::TimeoutLayer;
 
 use super::args::Variant;
@@ -156,6 +157,47 @@ fn peer_stack<S>(inner: S) -> tower_http::timeout::Timeout<tower::limit::Concurr
         .service(inner)
 }
 
+/// The two fixed answer headers of the `peer-headers` variant: the names the enforce layer
+/// writes, and values of the length it writes for a bench request (its `bench` hop's trace and
+/// `Server-Timing` with a budget of 1950 ms).
+const PEER_HEADERS: [(&str, &str); 2] = [
+    (
+        "deadline-trace",
+        "bench@0-0=200,.queue@0-0,.work@0-0=ok,^0=1950",
+    ),
+    (
+        "server-timing",
+        "queue;dur=0.004, work;dur=0.011, budget;dur=1950",
+    ),
+];
+
+/// The `peer-headers` stack's type: two of tower-http's `SetResponseHeader` over [`peer_stack`].
+type PeerHeaders<S> = SetResponseHeader<
+    SetResponseHeader<tower_http::timeout::Timeout<tower::limit::ConcurrencyLimit<S>>, HeaderValue>,
+    HeaderValue,
+>;
+
+/// The peer stack with two more answer headers, as a tower-http user adds them:
+/// `SetResponseHeaderLayer` twice over [`peer_stack`], inserting [`PEER_HEADERS`]. A static
+/// `HeaderValue` is cloned without allocating or checking its bytes, so what this adds to
+/// `peer` is what two header lines cost whatever makes their values (the response's header map
+/// allocated, the two names hashed and inserted, hyper writing the lines, the map dropped),
+/// plus the two layers' own futures.
+fn peer_headers_stack<S>(inner: S) -> PeerHeaders<S> {
+    let [(trace_name, trace), (timing_name, timing)] = PEER_HEADERS;
+    // The inner layer inserts first: the trace, then `Server-Timing`, as the enforce layer does.
+    ServiceBuilder::new()
+        .layer(SetResponseHeaderLayer::overriding(
+            HeaderName::from_static(timing_name),
+            HeaderValue::from_static(timing),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            HeaderName::from_static(trace_name),
+            HeaderValue::from_static(trace),
+        ))
+        .service(peer_stack(inner))
+}
+
 /// The peer chain's client: reqwest (HTTP/1 only, no TLS, no proxy lookup), `TCP_NODELAY` on.
 fn reqwest_client() -> anyhow::Result<reqwest::Client> {
     reqwest::Client::builder()
@@ -255,6 +297,10 @@ pub(crate) async fn serve_variant(
         }
         Variant::Peer => {
             deadline_http::serve(listener, peer_stack(service_fn(ok)), until(stop)).await?;
+        }
+        Variant::PeerHeaders => {
+            let service = peer_headers_stack(service_fn(ok));
+            deadline_http::serve(listener, service, until(stop)).await?;
         }
         Variant::ChainPeer => serve_chain_peer(listener, stop).await?,
         Variant::ChainBare | Variant::ChainDeadline => {

@@ -44,6 +44,7 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
             "enforce-metrics",
             "enforce-quiet",
             "peer",
+            "peer-headers",
             "chain-bare",
             "chain-deadline",
             "chain-peer"
@@ -75,11 +76,13 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
         [
             ("enforce", "bare"),
             ("enforce", "peer"),
+            ("enforce", "peer-headers"),
             ("enforce-metrics", "enforce"),
             ("enforce-metrics", "bare"),
             ("enforce-quiet", "enforce"),
             ("enforce-quiet", "peer"),
             ("peer", "bare"),
+            ("peer-headers", "peer"),
             ("chain-deadline", "chain-bare"),
             ("chain-deadline", "chain-peer"),
             ("chain-peer", "chain-bare"),
@@ -198,4 +201,41 @@ fn enforce_quiet_answers_without_the_headers_enforce_sends() {
     let quiet = served_head("enforce-quiet");
     assert!(!quiet.contains("deadline-trace"), "{quiet}");
     assert!(!quiet.contains("server-timing"), "{quiet}");
+}
+
+/// `peer-headers` answers with the two header lines `enforce` writes, under the same names, in
+/// the same order and of the same shape (each run of digits read as one number, since times
+/// differ), so its instruction count against `peer` is what those two lines cost.
+#[test]
+fn peer_headers_answers_with_lines_shaped_like_enforces() {
+    // The lines after the status line but hyper's own (the request asked it to close), with
+    // every run of digits as `#`.
+    let shape = |head: &str| -> Vec<String> {
+        let hypers = ["date:", "content-length:", "connection:"];
+        head.split("\r\n")
+            .skip(1)
+            .filter(|line| !hypers.iter().any(|name| line.starts_with(name)))
+            .map(|line| {
+                let mut shape = String::new();
+                for c in line.chars() {
+                    if !c.is_ascii_digit() {
+                        shape.push(c);
+                    } else if !shape.ends_with('#') {
+                        shape.push('#');
+                    }
+                }
+                shape
+            })
+            .collect()
+    };
+    let peer = shape(&served_head("peer-headers"));
+    assert_eq!(
+        peer,
+        [
+            "deadline-trace: bench@#-#=#,.queue@#-#,.work@#-#=ok,^#=#",
+            "server-timing: queue;dur=#.#, work;dur=#.#, budget;dur=#",
+        ]
+    );
+    assert_eq!(shape(&served_head("enforce")), peer);
+    assert!(shape(&served_head("peer")).is_empty());
 }
