@@ -116,6 +116,7 @@ pub(crate) enum Variant {
     /// The peer stack answering with two fixed header lines shaped like the enforce layer's
     /// `Deadline-Trace` and `Server-Timing` (tower-http's `SetResponseHeaderLayer`, static
     /// values): what two answer headers cost on that stack with no value made per request.
+    /// The values carry the default budget (1950 ms), whatever the requests carry.
     PeerHeaders,
     /// Two bare hops: the edge calls the second with a plain pooled client.
     ChainBare,

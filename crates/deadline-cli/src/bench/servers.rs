@@ -158,8 +158,9 @@ fn peer_stack<S>(inner: S) -> tower_http::timeout::Timeout<tower::limit::Concurr
 }
 
 /// The two fixed answer headers of the `peer-headers` variant: the names the enforce layer
-/// writes, and values of the length it writes for a bench request (its `bench` hop's trace and
-/// `Server-Timing` with a budget of 1950 ms).
+/// writes, and the values it writes for a bench request that waited for nothing and worked
+/// under a millisecond, with the budget every request carries by default (1950 ms). With
+/// another `--budget`, or none, `enforce` writes a different budget or none while these stay.
 const PEER_HEADERS: [(&str, &str); 2] = [
     (
         "deadline-trace",
@@ -178,16 +179,17 @@ type PeerHeaders<S> = SetResponseHeader<
 >;
 
 /// The peer stack with two more answer headers, as a tower-http user adds them:
-/// `SetResponseHeaderLayer` twice over [`peer_stack`], inserting [`PEER_HEADERS`]. A static
-/// `HeaderValue` is cloned without allocating or checking its bytes, so what this adds to
-/// `peer` is what two header lines cost whatever makes their values (the response's header map
-/// allocated, the two names hashed and inserted, hyper writing the lines, the map dropped),
+/// `SetResponseHeaderLayer` twice over [`peer_stack`], inserting the trace and appending
+/// `Server-Timing` as the enforce layer does (it keeps a `Server-Timing` the handler wrote). A
+/// static `HeaderValue` is cloned without allocating or checking its bytes, so what this adds
+/// to `peer` is what two header lines cost whatever makes their values (the response's header
+/// map allocated, the two names hashed and added, hyper writing the lines, the map dropped),
 /// plus the two layers' own futures.
 fn peer_headers_stack<S>(inner: S) -> PeerHeaders<S> {
     let [(trace_name, trace), (timing_name, timing)] = PEER_HEADERS;
     // The inner layer inserts first: the trace, then `Server-Timing`, as the enforce layer does.
     ServiceBuilder::new()
-        .layer(SetResponseHeaderLayer::overriding(
+        .layer(SetResponseHeaderLayer::appending(
             HeaderName::from_static(timing_name),
             HeaderValue::from_static(timing),
         ))

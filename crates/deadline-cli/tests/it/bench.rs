@@ -228,7 +228,13 @@ fn peer_headers_answers_with_lines_shaped_like_enforces() {
             })
             .collect()
     };
-    let peer = shape(&served_head("peer-headers"));
+    let (peer_head, enforce_head) = (served_head("peer-headers"), served_head("enforce"));
+    // The budget is the one number both write alike: the request carries 1950 ms.
+    for head in [&peer_head, &enforce_head] {
+        assert!(head.contains(",^0=1950\r\n"), "{head}");
+        assert!(head.contains(", budget;dur=1950\r\n"), "{head}");
+    }
+    let peer = shape(&peer_head);
     assert_eq!(
         peer,
         [
@@ -236,6 +242,6 @@ fn peer_headers_answers_with_lines_shaped_like_enforces() {
             "server-timing: queue;dur=#.#, work;dur=#.#, budget;dur=#",
         ]
     );
-    assert_eq!(shape(&served_head("enforce")), peer);
+    assert_eq!(shape(&enforce_head), peer);
     assert!(shape(&served_head("peer")).is_empty());
 }
