@@ -37,6 +37,10 @@ class Browser:
 
     def __init__(self, chromium):
         self.profile = tempfile.mkdtemp(prefix="deadline-browser-")
+        # Chromium makes a scratch directory under TMPDIR that only a clean exit removes; the
+        # browser is killed, so it gets a TMPDIR inside the profile, removed with it.
+        scratch = os.path.join(self.profile, "tmp")
+        os.mkdir(scratch)
         to_browser_r, self.to_browser = os.pipe()
         self.from_browser, from_browser_w = os.pipe()
 
@@ -66,6 +70,7 @@ class Browser:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             close_fds=False,
+            env={**os.environ, "TMPDIR": scratch},
             preexec_fn=wire_pipes,
             # Its own process group, so its helpers (zygote, renderer) go with it.
             start_new_session=True,
