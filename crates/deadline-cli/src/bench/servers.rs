@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow};
 use bytes::Bytes;
 use deadline::CallPolicy;
-use deadline_http::enforce::TraceExposure;
+use deadline_http::enforce::{SERVER_TIMING_HEADER, TraceExposure};
 use deadline_http::otel::Tracing;
 use deadline_http::{DeadlineClient, EnforceDeadlineLayer};
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode, Uri};
+use http::{HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -144,10 +144,13 @@ const PEER_CONCURRENCY: usize = 1_024;
 /// per-attempt timeout).
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The peer stack's type: tower-http's timeout over tower's concurrency limit.
+type PeerStack<S> = tower_http::timeout::Timeout<tower::limit::ConcurrencyLimit<S>>;
+
 /// What a Rust service uses today where this library's enforce layer would go: tower-http's
 /// `TimeoutLayer` (a 504 when the whole request runs past [`PEER_TIMEOUT`]) over tower's
 /// `ConcurrencyLimitLayer`.
-fn peer_stack<S>(inner: S) -> tower_http::timeout::Timeout<tower::limit::ConcurrencyLimit<S>> {
+fn peer_stack<S>(inner: S) -> PeerStack<S> {
     ServiceBuilder::new()
         .layer(TimeoutLayer::with_status_code(
             StatusCode::GATEWAY_TIMEOUT,
@@ -157,26 +160,16 @@ fn peer_stack<S>(inner: S) -> tower_http::timeout::Timeout<tower::limit::Concurr
         .service(inner)
 }
 
-/// The two fixed answer headers of the `peer-headers` variant: the names the enforce layer
-/// writes, and the values it writes for a bench request that waited for nothing and worked
-/// under a millisecond, with the budget every request carries by default (1950 ms). With
-/// another `--budget`, or none, `enforce` writes a different budget or none while these stay.
-const PEER_HEADERS: [(&str, &str); 2] = [
-    (
-        "deadline-trace",
-        "bench@0-0=200,.queue@0-0,.work@0-0=ok,^0=1950",
-    ),
-    (
-        "server-timing",
-        "queue;dur=0.004, work;dur=0.011, budget;dur=1950",
-    ),
-];
+/// The `peer-headers` variant's `Deadline-Trace`: what the enforce layer writes for a bench
+/// request that waited for nothing and worked under a millisecond, with the budget every
+/// request carries by default (1950 ms). With another `--budget`, or none, `enforce` writes a
+/// different budget or none while this and [`PEER_TIMING`] stay.
+const PEER_TRACE: &str = "bench@0-0=200,.queue@0-0,.work@0-0=ok,^0=1950";
+/// The `peer-headers` variant's `Server-Timing`, for the same request.
+const PEER_TIMING: &str = "queue;dur=0.004, work;dur=0.011, budget;dur=1950";
 
 /// The `peer-headers` stack's type: two of tower-http's `SetResponseHeader` over [`peer_stack`].
-type PeerHeaders<S> = SetResponseHeader<
-    SetResponseHeader<tower_http::timeout::Timeout<tower::limit::ConcurrencyLimit<S>>, HeaderValue>,
-    HeaderValue,
->;
+type PeerHeaders<S> = SetResponseHeader<SetResponseHeader<PeerStack<S>, HeaderValue>, HeaderValue>;
 
 /// The peer stack with two more answer headers, as a tower-http user adds them:
 /// `SetResponseHeaderLayer` twice over [`peer_stack`], inserting the trace and appending
@@ -186,16 +179,15 @@ type PeerHeaders<S> = SetResponseHeader<
 /// map allocated, the two names hashed and added, hyper writing the lines, the map dropped),
 /// plus the two layers' own futures.
 fn peer_headers_stack<S>(inner: S) -> PeerHeaders<S> {
-    let [(trace_name, trace), (timing_name, timing)] = PEER_HEADERS;
     // The inner layer inserts first: the trace, then `Server-Timing`, as the enforce layer does.
     ServiceBuilder::new()
         .layer(SetResponseHeaderLayer::appending(
-            HeaderName::from_static(timing_name),
-            HeaderValue::from_static(timing),
+            SERVER_TIMING_HEADER,
+            HeaderValue::from_static(PEER_TIMING),
         ))
         .layer(SetResponseHeaderLayer::overriding(
-            HeaderName::from_static(trace_name),
-            HeaderValue::from_static(trace),
+            deadline::TRACE_HEADER,
+            HeaderValue::from_static(PEER_TRACE),
         ))
         .service(peer_stack(inner))
 }
