@@ -57,6 +57,16 @@ pub(crate) struct PostgresArgs {
     /// gives its connections back within seconds.
     #[arg(long, default_value_t = 2_000, requires = "postgres")]
     pub postgres_idle_timeout: u64,
+    /// The server-side limit (`statement_timeout`) of a statement run for a request without a
+    /// budget, in ms; 0 leaves the database's own setting. A statement under a budget gets what
+    /// is left of it instead. Not applied when the URL's `options` set `statement_timeout`.
+    #[arg(long, default_value_t = 30_000, requires = "postgres")]
+    pub postgres_statement_limit: u64,
+    /// The longest a request without a budget waits for a pooled database connection, in ms,
+    /// before it is answered 503 (a request with a budget waits while a statement could still
+    /// be sent); 0 waits without limit.
+    #[arg(long, default_value_t = 5_000, requires = "postgres")]
+    pub postgres_pool_wait: u64,
 }
 
 /// The hop's database: the pool and what to run on it.
@@ -91,10 +101,23 @@ impl Database {
             Some(tag) => sanitize(tag),
             None => std::process::id().to_string(),
         };
-        let pool = DeadlinePool::connect(url, size)
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| anyhow::anyhow!("invalid PostgreSQL connection URL ({e})"))
+            .context("--postgres")?;
+        let options = config.get_options().unwrap_or_default().to_owned();
+        if args.postgres_statement_limit > 0 && !options.contains("statement_timeout") {
+            let limit = format!("-c statement_timeout={}", args.postgres_statement_limit);
+            config.options(limit_with(&options, &limit).as_str());
+        }
+        let pool = DeadlinePool::connect_config(config, size)
             .await
             .context("--postgres")?
             .margin(margin)
+            .wait_limit(
+                (args.postgres_pool_wait > 0)
+                    .then(|| Duration::from_millis(args.postgres_pool_wait)),
+            )
             .record_metrics(metrics);
         let idle = Duration::from_millis(args.postgres_idle_timeout.max(1));
         let idle_pool = pool.pool().clone();
@@ -135,6 +158,10 @@ impl Database {
         .await;
         match result {
             Ok(()) => Ok(()),
+            Err(e @ deadline_postgres::Error::PoolWaitLimit { .. }) => Err(text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{name}: {e}\n"),
+            )),
             Err(e) if e.is_deadline() => Err(text(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("deadline exceeded at {name}: {e}\n"),
@@ -144,6 +171,15 @@ impl Database {
                 format!("{name}: {e}\n"),
             )),
         }
+    }
+}
+
+/// The session `options` with `limit` added after what the URL gave.
+fn limit_with(options: &str, limit: &str) -> String {
+    if options.trim().is_empty() {
+        limit.to_owned()
+    } else {
+        format!("{options} {limit}")
     }
 }
 

@@ -51,6 +51,15 @@ pub enum Error {
         /// How long the request waited for a connection.
         waited: Duration,
     },
+    /// Outside any deadline, no pooled connection became free within the pool's wait limit
+    /// ([`DeadlinePool::wait_limit`](crate::DeadlinePool::wait_limit)). Not a deadline error:
+    /// the database is busy, and a handler answers 503.
+    PoolWaitLimit {
+        /// The database's name.
+        target: String,
+        /// The wait limit that ran out.
+        limit: Duration,
+    },
     /// The pool could not give a connection (it could not open one, or it is closed).
     Pool(deadpool_postgres::PoolError),
     /// The database answered with an error, or the connection failed.
@@ -89,7 +98,7 @@ impl Error {
             | Error::TransactionNotBegun { target, .. }
             | Error::Deadline { target, .. }
             | Error::PoolTimeout { target, .. } => Some(target),
-            Error::Pool(_) | Error::Postgres(_) => None,
+            Error::PoolWaitLimit { .. } | Error::Pool(_) | Error::Postgres(_) => None,
         }
     }
 }
@@ -137,6 +146,11 @@ impl fmt::Display for Error {
                 f,
                 "no connection to {target} became free in time (waited {} ms)",
                 waited.as_millis()
+            ),
+            Error::PoolWaitLimit { target, limit } => write!(
+                f,
+                "no connection to {target} became free within the pool's wait limit ({} ms)",
+                limit.as_millis()
             ),
             Error::Pool(e) => write!(f, "no connection from the pool: {e}"),
             Error::Postgres(e) => write!(f, "database error: {e}"),

@@ -22,8 +22,15 @@
 //!   fires or its future is dropped (the caller hung up, or the enforce layer cut the handler);
 //!   the connection is kept out of the pool until the statement has ended, then given back
 //!   clean or closed, never handed out mid-statement;
-//! - outside any deadline it is plain tokio-postgres: nothing sent before or after it, nothing
-//!   cancelled.
+//! - outside any deadline it is plain tokio-postgres (nothing sent before or after it, no
+//!   timer), with two bounds: a statement whose future is dropped while it runs is still
+//!   cancelled on the server, as its caller has left
+//!   ([`DeadlinePool::cancel_on_drop`] turns that off), and the wait for a pooled connection
+//!   ends after the pool's wait limit ([`DeadlinePool::wait_limit`], 5 s by default) with
+//!   [`Error::PoolWaitLimit`]. For a server-side limit on such statements, give the
+//!   connections a session default (`options=-c statement_timeout=N` in the URL, or the role's
+//!   or database's setting): the `RESET` behind every statement under a deadline goes back to
+//!   it.
 //!
 //! Each statement is a `query` span in the hop's `Deadline-Trace` (outcome `ok`, `deadline`,
 //! `cancelled`, `not-sent` or `error`), and with the `metrics` feature it is counted in
@@ -102,6 +109,8 @@ pub mod statement;
 pub use connection::{Connection, Params, Transaction};
 pub use error::{ConnectError, Error};
 pub use pool::DeadlinePool;
-pub use settings::{DEFAULT_DRAIN_LIMIT, DEFAULT_NAME, DEFAULT_TRANSACTION_MIN};
+pub use settings::{
+    DEFAULT_DRAIN_LIMIT, DEFAULT_NAME, DEFAULT_TRANSACTION_MIN, DEFAULT_WAIT_LIMIT,
+};
 pub use statement::Sql;
 pub use tokio_postgres;

@@ -31,6 +31,8 @@ impl fmt::Debug for DeadlinePool {
             .field("margin", &self.settings.policy.margin())
             .field("min_useful", &self.settings.policy.min_useful())
             .field("transaction_min", &self.settings.transaction_min)
+            .field("cancel_on_drop", &self.settings.cancel_on_drop)
+            .field("wait_limit", &self.settings.wait_limit)
             .field("status", &self.pool.status())
             .finish_non_exhaustive()
     }
@@ -54,11 +56,21 @@ impl DeadlinePool {
     /// and not at the first request. Without a `connect_timeout` in the URL, connecting gives
     /// up after 5 s.
     pub async fn connect(url: &str, max_size: usize) -> Result<DeadlinePool, ConnectError> {
-        let mut config: tokio_postgres::Config =
+        let config: tokio_postgres::Config =
             url.parse()
                 .map_err(|e: tokio_postgres::Error| ConnectError::BadUrl {
                     reason: e.to_string(),
                 })?;
+        DeadlinePool::connect_config(config, max_size).await
+    }
+
+    /// As [`connect`](Self::connect), from a tokio-postgres configuration (for settings a URL
+    /// does not carry as easily, such as the session's `options`: `-c statement_timeout=30000`
+    /// bounds the statements run outside any deadline on the server).
+    pub async fn connect_config(
+        mut config: tokio_postgres::Config,
+        max_size: usize,
+    ) -> Result<DeadlinePool, ConnectError> {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
@@ -132,6 +144,27 @@ impl DeadlinePool {
         self
     }
 
+    /// Whether a statement run outside any deadline is cancelled on the server when its
+    /// future is dropped while it runs (default `true`). Its caller has left (a client that
+    /// hangs up drops the handler), so the statement would only hold its connection, and any
+    /// lock it waits for, to its end. The connection is kept out of the pool until the
+    /// statement has ended, either way. Turn it off only for statements that must run to their
+    /// end whoever waits for them (and then run them outside the request, on a task of their
+    /// own).
+    pub fn cancel_on_drop(mut self, on: bool) -> DeadlinePool {
+        self.settings_mut().cancel_on_drop = on;
+        self
+    }
+
+    /// The longest wait for a pooled connection outside any deadline (default 5 s; `None`: as
+    /// long as deadpool waits, which is for ever unless the pool was built with a wait
+    /// timeout). Past it [`get`](Self::get) returns [`Error::PoolWaitLimit`]. Inside a
+    /// deadline the wait ends at the deadline instead (see [`get`](Self::get)).
+    pub fn wait_limit(mut self, limit: Option<Duration>) -> DeadlinePool {
+        self.settings_mut().wait_limit = limit;
+        self
+    }
+
     /// The database's name in `504` bodies and errors (default `postgres`).
     pub fn name(mut self, name: impl Into<String>) -> DeadlinePool {
         self.settings_mut().name = Arc::from(name.into());
@@ -158,14 +191,27 @@ impl DeadlinePool {
     /// statement could no longer be sent (the cutoff less the margin and the minimum useful
     /// time), with [`Error::PoolTimeout`]; the wait is a `pool` span in the trace when it took
     /// a millisecond or more, and is observed in `deadline_pool_wait_seconds`. Outside any
-    /// deadline it waits as deadpool does.
+    /// deadline it waits at most the pool's [`wait_limit`](Self::wait_limit), then returns
+    /// [`Error::PoolWaitLimit`].
     pub async fn get(&self) -> Result<Connection, Error> {
         let context = DeadlineContext::current();
         let cutoff = context.as_ref().and_then(DeadlineContext::cutoff);
         let start = Instant::now();
         let object = match cutoff {
             None => {
-                let got = self.pool.get().await;
+                let got = match self.settings.wait_limit {
+                    None => self.pool.get().await,
+                    Some(limit) => match tokio::time::timeout(limit, self.pool.get()).await {
+                        Ok(got) => got,
+                        Err(_) => {
+                            record::pool_wait(&self.settings, context.as_ref(), start, false);
+                            return Err(Error::PoolWaitLimit {
+                                target: self.settings.name.to_string(),
+                                limit,
+                            });
+                        }
+                    },
+                };
                 record::pool_wait(&self.settings, context.as_ref(), start, got.is_ok());
                 got.map_err(Error::Pool)?
             }

@@ -16,6 +16,10 @@ pub const DEFAULT_TRANSACTION_MIN: Duration = Duration::from_millis(100);
 /// while it finishes (see [`DeadlinePool::drain_limit`](crate::DeadlinePool::drain_limit)).
 pub const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
+/// The default longest wait for a pooled connection outside any deadline (see
+/// [`DeadlinePool::wait_limit`](crate::DeadlinePool::wait_limit)).
+pub const DEFAULT_WAIT_LIMIT: Duration = Duration::from_secs(5);
+
 /// The default name of the database in traces and 504 bodies.
 pub const DEFAULT_NAME: &str = "postgres";
 
@@ -32,6 +36,11 @@ pub(crate) struct Settings {
     pub(crate) drain_limit: Duration,
     /// Whether statements carry `statement_timeout` (default on).
     pub(crate) server_limit: bool,
+    /// Whether a statement outside any deadline whose future is dropped is cancelled on the
+    /// server (default on).
+    pub(crate) cancel_on_drop: bool,
+    /// The longest wait for a connection outside any deadline (`None`: no limit).
+    pub(crate) wait_limit: Option<Duration>,
     pub(crate) name: Arc<str>,
     #[cfg(feature = "metrics")]
     pub(crate) metrics: Option<deadline_http::metrics::QueryMetrics>,
@@ -39,13 +48,16 @@ pub(crate) struct Settings {
 
 impl Default for Settings {
     /// The margin and minimum useful time of the HTTP client (50 ms each), a transaction
-    /// minimum of 100 ms, a drain limit of 10 s, `statement_timeout` on, no metrics.
+    /// minimum of 100 ms, a drain limit of 10 s, `statement_timeout` on, dropped statements
+    /// cancelled, a 5 s wait limit outside a deadline, no metrics.
     fn default() -> Settings {
         Settings {
             policy: Settings::policy(DEFAULT_MARGIN, DEFAULT_MIN_USEFUL),
             transaction_min: DEFAULT_TRANSACTION_MIN,
             drain_limit: DEFAULT_DRAIN_LIMIT,
             server_limit: true,
+            cancel_on_drop: true,
+            wait_limit: Some(DEFAULT_WAIT_LIMIT),
             name: Arc::from(DEFAULT_NAME),
             #[cfg(feature = "metrics")]
             metrics: None,

@@ -20,9 +20,15 @@
 //!    key), and the connection is marked interrupted: when it is given back it is kept out of
 //!    the pool until the statement has ended and `statement_timeout` is reset again.
 //!
-//! Without a deadline the statement is sent as tokio-postgres sends it: nothing added, nothing
-//! cancelled, the server's own `statement_timeout` (only the hand-back check of step 4 applies
-//! to a statement whose future was dropped, so no one else gets the connection mid-statement).
+//! Without a deadline the statement is sent as tokio-postgres sends it: nothing added, the
+//! server's own `statement_timeout` (the session's default), no timer. Only a statement whose
+//! future is dropped while it runs gets step 4's guard: its caller has left (a client that hung
+//! up drops the handler), so it is cancelled on the server and its connection drained before
+//! anyone else gets it. Without that cancel, a request that hangs up while its statement waits
+//! on a lock leaves the statement waiting, and its pooled connection with it, for as long as
+//! the lock is held: a handful of such callers pin the whole pool.
+//! [`DeadlinePool::cancel_on_drop`](crate::DeadlinePool::cancel_on_drop) turns it off. The
+//! cancel token is made only when the guard fires, so a statement that ends pays nothing.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -53,11 +59,13 @@ pub(crate) struct Shared {
     pub(crate) cancel: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
-/// A statement in flight; if dropped armed, it cancels the statement on the server (when it
-/// has a token) and marks the connection interrupted.
+/// A statement in flight; if dropped armed, it cancels the statement on the server (when
+/// `cancel` is set) and marks the connection interrupted.
 struct InFlight<'a> {
     shared: &'a Shared,
-    cancel: Option<CancelToken>,
+    client: &'a Client,
+    /// Whether to send PostgreSQL's cancel request when dropped armed.
+    cancel: bool,
     armed: bool,
 }
 
@@ -73,11 +81,15 @@ impl Drop for InFlight<'_> {
             return;
         }
         self.shared.interrupted.store(true, Ordering::SeqCst);
-        let (Some(token), Ok(runtime)) =
-            (self.cancel.take(), tokio::runtime::Handle::try_current())
-        else {
+        if !self.cancel {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        // Made here, not when the statement starts: a token copies the connection's
+        // configuration, which a statement that ends never needs.
+        let token: CancelToken = self.client.cancel_token();
         // Spawned: a drop cannot wait, and the reply to the caller should not either.
         let handle = runtime.spawn(async move {
             if let Err(e) = token.cancel_query(NoTls).await {
@@ -151,11 +163,13 @@ impl Runner<'_> {
         let cutoff = context.as_ref().and_then(DeadlineContext::cutoff);
         let mut record = Record::start(self.settings, context.clone());
         let Some(cutoff) = cutoff else {
-            // No deadline: plain tokio-postgres. The guard only keeps a dropped statement's
-            // connection out of the pool until the statement ends (it sends no cancel).
+            // No deadline: plain tokio-postgres. The guard fires only if the statement's future
+            // is dropped while it runs: it cancels the statement (unless the pool says not to)
+            // and keeps the connection out of the pool until the statement has ended.
             let mut flight = InFlight {
                 shared: self.shared,
-                cancel: None,
+                client: self.client,
+                cancel: self.settings.cancel_on_drop,
                 armed: true,
             };
             let result = async { execute(prepare.await?).await }.await;
@@ -186,7 +200,8 @@ impl Runner<'_> {
         let local_end = start + first + self.settings.policy.margin() / 2;
         let mut flight = InFlight {
             shared: self.shared,
-            cancel: Some(self.client.cancel_token()),
+            client: self.client,
+            cancel: true,
             armed: true,
         };
         let mut sent_timeout = first;

@@ -5,6 +5,7 @@ use std::time::Duration;
 use deadline_http::metrics::{DeadlineMetrics, Registry};
 use deadline_postgres::{ConnectError, DeadlinePool, Error};
 use tokio::time::Instant;
+use tokio_postgres::NoTls;
 
 use crate::support::{Watcher, context, marker, outcomes, pool, setting_ms};
 
@@ -220,12 +221,12 @@ async fn a_statement_is_cancelled_on_the_server_when_the_caller_hangs_up() {
 }
 
 /// Rule: a connection whose statement was interrupted goes back to the pool only once the
-/// statement has ended, with the server's default `statement_timeout`. Outside a deadline
-/// nothing is cancelled (plain tokio-postgres), so the next user waits for the statement to end
-/// instead of getting the connection mid-statement.
+/// statement has ended, with the server's default `statement_timeout`. With the cancel of a
+/// dropped statement outside a deadline turned off, nothing cancels it, so the next user waits
+/// for the statement to end instead of getting the connection mid-statement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pool_never_hands_out_a_connection_mid_statement() {
-    let pool = pool(1).await;
+    let pool = pool(1).await.cancel_on_drop(false);
     let watcher = Watcher::new().await;
     let mark = marker("handback");
     let conn = pool.get().await.unwrap();
@@ -276,10 +277,12 @@ async fn the_pool_never_hands_out_a_connection_mid_statement() {
 }
 
 /// Rule: outside any deadline a statement is plain tokio-postgres: the server's default
-/// `statement_timeout`, no cancel when its future is dropped (the statement runs on), no span.
+/// `statement_timeout`, no timer, no span. Only a statement whose future is dropped is
+/// cancelled (its caller left); with `cancel_on_drop(false)` it runs on, as plain
+/// tokio-postgres's would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_deadline_it_is_plain_tokio_postgres() {
-    let pool = pool(2).await;
+    let pool = pool(2).await.cancel_on_drop(false);
     let watcher = Watcher::new().await;
     let conn = pool.get().await.unwrap();
     let default: String = conn
@@ -313,6 +316,128 @@ async fn without_a_deadline_it_is_plain_tokio_postgres() {
         .get(0);
     assert_eq!(seen, default);
     assert_eq!(outcomes(&no_deadline, "query"), ["ok"]);
+}
+
+/// Rule: outside any deadline, a statement whose future is dropped while it runs (its caller
+/// hung up) is cancelled on the server, and its connection comes back clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_deadline_a_dropped_statement_is_cancelled_on_the_server() {
+    let pool = pool(1).await;
+    let watcher = Watcher::new().await;
+    let mark = marker("plain_hangup");
+    let conn = pool.get().await.unwrap();
+    let sql = format!("SELECT pg_sleep(3) /* {mark} */");
+    let dropped = tokio::time::timeout(ms(200), conn.query(sql.as_str(), &[])).await;
+    assert!(dropped.is_err(), "the statement should still be running");
+    let gone = watcher.gone_within(&mark, ms(2_000)).await;
+    assert!(
+        gone.is_some_and(|g| g <= ms(500)),
+        "still running {gone:?} after its caller left"
+    );
+    drop(conn);
+    let next = pool.get().await.unwrap();
+    let row = next.query_one("SELECT 41 + 1", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 42);
+}
+
+/// Regression: callers without a budget who hung up while their statements waited on a table
+/// lock held elsewhere left every pooled session waiting on the lock, never cancelled: the
+/// pool was pinned for as long as the lock was held, budgeted requests got 504 at the pool
+/// wait and budget-less ones waited without limit. Now no statement is left waiting a second
+/// after they left, a budgeted request is served while the lock is still held (on another
+/// table), and on the locked table once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgetless_callers_that_hang_up_behind_a_lock_do_not_pin_the_pool() {
+    let pool = pool(4).await;
+    let watcher = Watcher::new().await;
+    let table = marker("locked");
+    let (locker, connection) = tokio_postgres::connect(&crate::support::url(), NoTls)
+        .await
+        .expect("the locker connects");
+    tokio::spawn(connection);
+    locker
+        .batch_execute(&format!("CREATE TABLE {table} (x int)"))
+        .await
+        .expect("the table is made");
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .expect("the table is locked");
+    let mark = marker("behind_lock");
+    let mut callers = Vec::new();
+    for _ in 0..4 {
+        let pool = pool.clone();
+        let sql = format!("SELECT count(*) FROM {table} /* {mark} */");
+        callers.push(tokio::spawn(async move {
+            // No deadline; the caller hangs up after 200 ms (its future is dropped).
+            tokio::time::timeout(ms(200), async {
+                let conn = pool.get().await?;
+                conn.query(sql.as_str(), &[]).await.map(drop)
+            })
+            .await
+        }));
+    }
+    for caller in callers {
+        let ended = caller.await.unwrap();
+        assert!(
+            ended.is_err(),
+            "a statement behind the lock ended before its caller left: {ended:?}"
+        );
+    }
+    tokio::time::sleep(ms(1_000)).await;
+    let waiting = watcher.active(&mark).await;
+    // A budgeted request while the lock is still held, on something else.
+    let ctx = context(1_000);
+    let other = ctx
+        .clone()
+        .scope(async {
+            let conn = pool.get().await?;
+            conn.query_one("SELECT 41 + 1", &[]).await
+        })
+        .await;
+    locker.batch_execute("COMMIT").await.unwrap();
+    let ctx = context(2_000);
+    let count = format!("SELECT count(*) FROM {table}");
+    let locked = ctx
+        .clone()
+        .scope(async {
+            let conn = pool.get().await?;
+            conn.query_one(count.as_str(), &[]).await
+        })
+        .await;
+    locker
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
+    assert!(
+        !waiting,
+        "a statement was still waiting on the lock a second after its caller left"
+    );
+    let other = other.unwrap_or_else(|e| panic!("the pool was pinned: {e}"));
+    assert_eq!(other.get::<_, i32>(0), 42);
+    let locked = locked.unwrap_or_else(|e| panic!("not served once the lock went: {e}"));
+    assert_eq!(locked.get::<_, i64>(0), 0);
+}
+
+/// Rule: outside any deadline, a wait for a pooled connection ends at the pool's wait limit with
+/// an error that is not a deadline error (503, not 504).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_deadline_the_pool_wait_ends_at_its_limit() {
+    let pool = pool(1).await.wait_limit(Some(ms(300)));
+    let held = pool.get().await.unwrap();
+    let start = Instant::now();
+    let waited = tokio::time::timeout(ms(3_000), pool.get())
+        .await
+        .expect("the waiter gave up on its own");
+    let took = Instant::now().saturating_duration_since(start);
+    let err = waited.expect_err("no connection was free");
+    assert!(matches!(err, Error::PoolWaitLimit { .. }), "{err}");
+    assert!(!err.is_deadline());
+    assert!(took >= ms(290) && took < ms(600), "gave up after {took:?}");
+    drop(held);
+    assert!(pool.get().await.is_ok());
 }
 
 /// Rule: when every connection is taken, a request waits for one only while a statement could
