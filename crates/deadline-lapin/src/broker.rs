@@ -27,6 +27,11 @@
 //! - [`Broker::reconnects`] counts the connections re-dialled. If the broker is unreachable for
 //!   longer than [`Reconnect::give_up_after`], the publish or the consumer's `next` returns the
 //!   last connection error.
+//! - A broker that blocks publishing (a memory or disk alarm) while the connection stays up:
+//!   a publish waits for its confirmation at most until its message expires, and at most
+//!   [`Reconnect::give_up_after`] ([`PublishError::GaveUp`]), with one warning logged when the
+//!   block is first seen (the [`produce`](crate::produce) module says what becomes of such a
+//!   message).
 
 use std::fmt;
 use std::sync::Arc;
@@ -51,7 +56,8 @@ pub struct Reconnect {
     /// The longest wait between two dials (default 2 s).
     pub max_wait: Duration,
     /// How long the broker may stay unreachable before the caller gets the error
-    /// (default 60 s).
+    /// (default 60 s); also the longest a publish waits for its confirmation on a connection
+    /// that stays up but confirms nothing (a broker blocking it under a resource alarm).
     pub give_up_after: Duration,
     /// How long one dial may take (default 5 s).
     pub dial_timeout: Duration,
@@ -333,11 +339,21 @@ impl Broker {
             // not hold the publish forever, so between slices the connection is looked at.
             let publish = producer.publish_with(routing_key, payload, expiry, properties.clone());
             tokio::pin!(publish);
+            let give_up = started + give_up_after;
             let outcome = loop {
-                match tokio::time::timeout(LIVENESS, &mut publish).await {
+                let slice = (Instant::now() + LIVENESS).min(give_up);
+                match tokio::time::timeout_at(slice, &mut publish).await {
                     Ok(outcome) => break outcome,
                     Err(_) if self.dropped(generation, false).await => {
                         break Err(PublishError::Broker(connection_closed()));
+                    }
+                    // A live connection that confirms nothing (a broker blocking it under a
+                    // resource alarm) is waited for no longer than a dead one.
+                    Err(_) if Instant::now() >= give_up => {
+                        return Err(PublishError::GaveUp {
+                            waited: Instant::now().saturating_duration_since(started),
+                            blocked: producer.look_blocked(routing_key),
+                        });
                     }
                     Err(_) => {}
                 }

@@ -1,14 +1,33 @@
 //! Publishing: the expiry stamped twice (a header for the consumer, a TTL for the broker), and
-//! the broker's confirmation awaited.
+//! the broker's confirmation awaited, never past the message's expiry.
+//!
+//! # A broker that stops reading
+//!
+//! Under a resource alarm (memory or disk) RabbitMQ blocks every publishing connection: it stops
+//! reading from it until the alarm clears, which can take minutes. A publish then neither
+//! fails nor completes. Waiting for it past the message's expiry helps no one: a consumer
+//! would discard the message anyway. So the wait for the confirmation ends at the message's
+//! expiry ([`PublishError::ExpiredUnconfirmed`]), and [`Broker`](crate::Broker) also ends it
+//! after its [`give_up_after`](crate::Reconnect::give_up_after)
+//! ([`PublishError::GaveUp`]). The first publish that finds its connection blocked logs one
+//! warning, and no other until the connection has been seen unblocked again.
+//!
+//! A publish given up this way may still reach the broker when the alarm clears (its frames
+//! are queued on the connection): a message with an expiry is then discarded unworked, at the
+//! broker or by the consumer; one without may be delivered, so publishing it again can deliver
+//! it twice (at least once, as after a broker restart).
 
 use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use deadline::absolute::WallInstant;
 use deadline_http::DeadlineContext;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Connection};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionStatus};
 use tokio::time::Instant;
 
 use crate::alive::{Over, open_channel, while_up};
@@ -21,6 +40,10 @@ use crate::stamp::{self, PRODUCED_AT_HEADER};
 /// survives a broker restart).
 const PERSISTENT: u8 = 2;
 
+/// How often a publish waiting for its confirmation looks at whether the broker has blocked
+/// its connection.
+const BLOCKED_LOOK: Duration = Duration::from_millis(250);
+
 /// Publishes messages that carry their expiry, on a channel of its own with publisher
 /// confirms: [`publish`](Self::publish) returns once the broker has taken responsibility for
 /// the message (written it to disk, for a durable queue), so a broker restart loses no
@@ -32,6 +55,10 @@ pub struct Producer {
     channel: Channel,
     exchange: ShortString,
     metrics: Option<JobMetrics>,
+    /// The connection's status, for whether the broker has blocked it.
+    status: ConnectionStatus,
+    /// Whether a blocked connection has been logged (cleared once it is seen unblocked).
+    blocked_said: Arc<AtomicBool>,
 }
 
 /// What a publish stamped on the message.
@@ -72,8 +99,35 @@ pub enum PublishError {
     },
     /// The broker refused to take the message (a negative confirm).
     Refused,
+    /// The message expired before the broker confirmed it (a broker that has blocked the
+    /// connection under a resource alarm answers nothing until the alarm clears). It may still
+    /// reach the broker later; it will be discarded unworked.
+    ExpiredUnconfirmed {
+        /// The instant it expired.
+        at: WallInstant,
+        /// Whether the broker had blocked the connection.
+        blocked: bool,
+    },
+    /// [`Broker::publish`](crate::Broker::publish) waited its
+    /// [`give_up_after`](crate::Reconnect::give_up_after) for the confirmation. The message may
+    /// still reach the broker later.
+    GaveUp {
+        /// How long the publish waited.
+        waited: Duration,
+        /// Whether the broker had blocked the connection.
+        blocked: bool,
+    },
     /// The connection or channel failed.
     Broker(lapin::Error),
+}
+
+/// ` (the broker had blocked the connection: a resource alarm)`, or nothing.
+fn blocked_words(blocked: bool) -> &'static str {
+    if blocked {
+        " (the broker had blocked the connection: a resource alarm)"
+    } else {
+        ""
+    }
 }
 
 impl fmt::Display for PublishError {
@@ -93,6 +147,17 @@ impl fmt::Display for PublishError {
                 write!(f, "the broker routed the message to no queue: {reply}")
             }
             PublishError::Refused => f.write_str("the broker refused the message (nack)"),
+            PublishError::ExpiredUnconfirmed { at, blocked } => write!(
+                f,
+                "the message expired at {at} before the broker confirmed it{}",
+                blocked_words(*blocked)
+            ),
+            PublishError::GaveUp { waited, blocked } => write!(
+                f,
+                "no confirmation from the broker after {} ms; gave up{}",
+                waited.as_millis(),
+                blocked_words(*blocked)
+            ),
             PublishError::Broker(err) => write!(f, "publish failed: {err}"),
         }
     }
@@ -129,7 +194,26 @@ impl Producer {
             channel,
             exchange: ShortString::default(),
             metrics: None,
+            status: connection.status().clone(),
+            blocked_said: Arc::default(),
         })
+    }
+
+    /// Whether the broker has blocked this producer's connection (a resource alarm), logging
+    /// it once per blocked spell.
+    pub(crate) fn look_blocked(&self, routing_key: &str) -> bool {
+        let blocked = self.status.blocked();
+        if !blocked {
+            self.blocked_said.store(false, Ordering::Relaxed);
+        } else if !self.blocked_said.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                routing_key,
+                "the broker has blocked publishing on this connection (a resource alarm, \
+                 memory or disk): publishes wait for it at most until their message expires \
+                 or the broker's give-up time"
+            );
+        }
+        blocked
     }
 
     /// Publishes to `exchange` instead of the default one. `None` if the name is longer than
@@ -170,7 +254,9 @@ impl Producer {
     ///
     /// The message is published `mandatory`, so one that reaches no queue is an error
     /// ([`PublishError::Unroutable`]), not a silent loss. A message whose expiry is less than
-    /// a millisecond away is not published ([`PublishError::AlreadyExpired`]).
+    /// a millisecond away is not published ([`PublishError::AlreadyExpired`]). The wait for
+    /// the broker's confirmation ends at the message's expiry
+    /// ([`PublishError::ExpiredUnconfirmed`]; see the [module docs](self)).
     pub async fn publish_with(
         &self,
         routing_key: &str,
@@ -212,12 +298,24 @@ impl Producer {
             mandatory: true,
             ..BasicPublishOptions::default()
         };
-        let confirm = self
-            .channel
-            .basic_publish(self.exchange.clone(), key, options, payload, properties)
-            .await?
-            .await?;
-        match confirm {
+        let send = async {
+            self.channel
+                .basic_publish(self.exchange.clone(), key, options, payload, properties)
+                .await?
+                .await
+        };
+        // The expiry on this process's clock: the wall clock's distance to it, from now.
+        let until = expires_at.map(|at| {
+            let left = u64::try_from(at.nanos_since(wall_now()).max(0)).unwrap_or(u64::MAX);
+            Instant::now() + Duration::from_nanos(left)
+        });
+        let Some(confirm) = self.confirmed(send, until, routing_key).await else {
+            return Err(PublishError::ExpiredUnconfirmed {
+                at: expires_at.expect("only an expiry ends the wait"),
+                blocked: self.status.blocked(),
+            });
+        };
+        match confirm? {
             Confirmation::Ack(None) | Confirmation::NotRequested => {}
             Confirmation::Ack(Some(returned)) => {
                 return Err(PublishError::Unroutable {
@@ -230,6 +328,30 @@ impl Producer {
             metrics.produced(routing_key);
         }
         Ok(published)
+    }
+}
+
+impl Producer {
+    /// `send`'s output, or `None` if `until` came first; looks every [`BLOCKED_LOOK`] at
+    /// whether the broker has blocked the connection, to say so.
+    async fn confirmed<F: Future>(
+        &self,
+        send: F,
+        until: Option<Instant>,
+        routing_key: &str,
+    ) -> Option<F::Output> {
+        tokio::pin!(send);
+        loop {
+            let look = Instant::now() + BLOCKED_LOOK;
+            let end = until.map_or(look, |until| until.min(look));
+            if let Ok(output) = tokio::time::timeout_at(end, &mut send).await {
+                return Some(output);
+            }
+            self.look_blocked(routing_key);
+            if until.is_some_and(|until| Instant::now() >= until) {
+                return None;
+            }
+        }
     }
 }
 

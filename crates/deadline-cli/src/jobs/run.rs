@@ -357,7 +357,9 @@ async fn produce(
             // The broker was unreachable until the message's expiry passed (it is published
             // again after a re-dial with the same expiry instant): no broker confirmed it, and
             // its requester has given up. A copy the first broker kept comes as a duplicate.
-            Err(PublishError::AlreadyExpired { .. }) => {
+            // The same when the expiry passed while the broker confirmed nothing (a resource
+            // alarm blocking the connection).
+            Err(PublishError::AlreadyExpired { .. } | PublishError::ExpiredUnconfirmed { .. }) => {
                 tally.account(id.as_bytes(), Outcome::DiscardedByProducer);
             }
             Err(err) => return Err(err).context("publishing"),

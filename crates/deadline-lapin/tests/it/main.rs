@@ -2,12 +2,14 @@
 //! another broker. A broker that cannot be reached fails the tests with a message saying how
 //! to start one (`scripts/ensure-rabbitmq.sh`); they never skip.
 //!
-//! `restart` runs a private RabbitMQ node of its own (the `rabbitmq-server` package), which it
-//! stops and starts again; it never touches the shared broker.
+//! `restart` and `alarm` each run a private RabbitMQ node (the `rabbitmq-server` package),
+//! which they stop and start again or put under a memory alarm; they never touch the shared
+//! broker.
 //!
 //! Every test uses queues of its own (unique names, deleted at the end, and deleted by the
 //! broker after a minute idle if the test dies first).
 
+mod alarm;
 mod consume;
 mod node;
 mod produce;

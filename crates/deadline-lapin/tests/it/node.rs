@@ -165,6 +165,26 @@ impl Node {
         }
     }
 
+    /// Raises (`true`) or clears (`false`) the node's memory alarm: a memory high watermark
+    /// of 0 sets the alarm at once, and the broker blocks every publishing connection until it
+    /// clears; 0.4 is RabbitMQ's default.
+    pub(crate) fn memory_alarm(&self, on: bool) {
+        let ctl = std::path::Path::new(SCRIPT).with_file_name("rabbitmqctl");
+        let watermark = if on { "0" } else { "0.4" };
+        let out = Command::new(&ctl)
+            .env("HOME", self.dir.join("home"))
+            .args(["-n", &self.name, "set_vm_memory_high_watermark", watermark])
+            .output()
+            .unwrap_or_else(|err| panic!("cannot run {}: {err}", ctl.display()));
+        assert!(
+            out.status.success(),
+            "{} set_vm_memory_high_watermark {watermark} failed: {}{}",
+            ctl.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     fn output(&self) -> String {
         std::fs::read_to_string(self.dir.join("out.log")).unwrap_or_default()
     }
