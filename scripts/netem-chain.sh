@@ -284,8 +284,12 @@ for setting in "${SETTINGS[@]}"; do
             + "\(.worker_ms_after_user_left | floor) ms of worker time after the user left"' \
             "$OUT/demo.json"
     done
-    read -r calls_after work_after < <(jq -r '.runs[] | select(.deadlines) |
-        "\(.calls_after_user_left) \(.worker_ms_after_user_left)"' "$OUT/demo.json")
+    # Read through the shared reader: a field missing or null fails the run (jq's `null > N` is
+    # false, which would pass).
+    demo_with=$(python3 scripts/lib/report.py "$OUT/demo.json" runs.1.deadlines \
+        runs.1.calls_after_user_left runs.1.worker_ms_after_user_left)
+    read -r with_way calls_after work_after <<<"$demo_with"
+    [ "$with_way" = true ] || fail "demo: the second run of $OUT/demo.json is not the one with deadlines"
     if [ "$calls_after" != "0" ] || [ "$(jq -n "$work_after > $demo_rto * $LATE_MS_PER_TIMEOUT")" = "true" ]; then
         fail "demo with deadlines: $calls_after calls and $(printf '%.0f' "$work_after") ms of work after the user left ($demo_rto retransmission timeouts during both demo runs)"
     elif [ "$(jq -n "$work_after > 0")" = "true" ]; then
@@ -311,8 +315,10 @@ for setting in "${SETTINGS[@]}"; do
             "$OUT/$way.json"
     done
     echo "  load with, TCP in the namespaces: $rto retransmission timeouts ($syn of them SYN or SYN-ACK, 1 s each), $seg segments retransmitted"
-    read -r fast slow work_after < <(jq -r '.runs[0] |
-        "\(.fast_missed) \(.slow_missed) \(.worker_ms_after_users_left)"' "$OUT/with.json")
+    load_with=$(python3 scripts/lib/report.py "$OUT/with.json" runs.0.deadlines \
+        runs.0.fast_missed runs.0.slow_missed runs.0.worker_ms_after_users_left)
+    read -r with_way fast slow work_after <<<"$load_with"
+    [ "$with_way" = true ] || fail "load: $OUT/with.json is not a run with deadlines"
     if [ "$fast" -gt 0 ]; then
         echo "  load with: $fast misses beyond the slow requests, against $rto retransmission timeouts (the allowance)"
     fi

@@ -18,26 +18,4 @@ fi
 report="$(mktemp)"
 trap 'rm -f "$report"' EXIT
 "$bin" load --seconds 10 --outage 3:4 --json >"$report"
-python3 - "$report" <<'PY'
-import json, sys
-runs = {r["deadlines"]: r for r in json.load(open(sys.argv[1]))["runs"]}
-without, with_ = runs[False], runs[True]
-failures = []
-cw, cn = with_["calls_per_request_in_outage"], without["calls_per_request_in_outage"]
-print(f"calls per request in the outage: without {cn:.2f}, with {cw:.2f}")
-print(f"back in time after the outage: with {with_['outage']['recovery_s']} s")
-if cw is None or cn is None:
-    failures.append("no user was sent during the outage")
-else:
-    if not cw < cn:
-        failures.append(f"with deadlines {cw:.2f} calls per request, not fewer than {cn:.2f} without")
-    if cw > 1.15:
-        failures.append(f"with deadlines {cw:.2f} calls per request (needs <= 1.15)")
-rec = with_["outage"]["recovery_s"] if with_["outage"] else None
-if rec is None or rec > 2.0:
-    failures.append(f"in-time answers came back after {rec} s (needs <= 2 s)")
-for f in failures:
-    print("  -", f)
-print("outage check:", "FAILED" if failures else "passed")
-sys.exit(1 if failures else 0)
-PY
+python3 scripts/checks/outage.py "$report"

@@ -126,6 +126,11 @@ q() {
     curl -fsS "$API/api/v1/query" --data-urlencode "query=$1" |
         jq -r '.data.result | if length == 1 then .[0].value[1] else "none" end'
 }
+# One value of the load's report: a field that is missing or null fails the script (jq -e), so
+# a check never compares against a value that is not there.
+J() {
+    jq -er --arg at "$json: no single value at $1" "[$1] | if length == 1 and .[0] != null then .[0] else error(\$at) end" "$json"
+}
 # Whether two numbers agree to a millionth.
 same() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "none" && b != "none" && d < 1e-6) }'; }
 
@@ -137,20 +142,21 @@ for mode in without with; do
     [ "$up" = 3 ] || fail "$mode: Prometheus scraped $up of 3 services"
     for service in gateway orders inventory; do
         m="$run.metrics[] | select(.name == \"$service\")"
-        for outcome in $(jq -r "$m | .requests | keys[]" "$json"); do
-            want=$(jq -r "$m | .requests[\"$outcome\"]" "$json")
+        outcomes=$(J "$m | .requests | keys | join(\" \")")
+        for outcome in $outcomes; do
+            want=$(J "$m | .requests[\"$outcome\"]")
             got=$(q "max_over_time(deadline_requests_total{$(sel $service),outcome=\"$outcome\"}[15m])")
             same "$got" "$want" || fail "$mode $service requests{$outcome}: Prometheus $got, load $want"
         done
         for phase in queue work calling; do
-            want=$(jq -r "$m | .exceeded[\"$phase\"]" "$json")
+            want=$(J "$m | .exceeded[\"$phase\"]")
             got=$(q "max_over_time(deadline_exceeded_total{$(sel $service),phase=\"$phase\"}[15m])")
             same "$got" "$want" || fail "$mode $service exceeded{$phase}: Prometheus $got, load $want"
         done
-        want=$(jq -r "$m | .worker_seconds_after_caller_left" "$json")
+        want=$(J "$m | .worker_seconds_after_caller_left")
         got=$(q "max_over_time(deadline_worker_seconds_after_caller_left_total{$(sel $service)}[15m])")
         same "$got" "$want" || fail "$mode $service work after caller left: Prometheus $got, load $want"
-        want=$(jq -r "$m | .headroom.count" "$json")
+        want=$(J "$m | .headroom.count")
         got=$(q "max_over_time(deadline_headroom_seconds_count{$(sel $service)}[15m])")
         same "$got" "$want" || fail "$mode $service headroom count: Prometheus $got, load $want"
         # Something was observed: the service was scraped while it worked, not only idle.
@@ -160,8 +166,8 @@ for mode in without with; do
     done
 
     # The edge's requests are the users the load sent; its ok answers cover those in time.
-    users=$(jq -r "$run.requests" "$json")
-    in_time=$(jq -r "$run.in_time" "$json")
+    users=$(J "$run.requests")
+    in_time=$(J "$run.in_time")
     edge=$(q "sum(max_over_time(deadline_requests_total{$(sel gateway)}[15m]))")
     same "$edge" "$users" || fail "$mode: the gateway counted $edge requests, the load sent $users users"
     ok=$(q "max_over_time(deadline_requests_total{$(sel gateway),outcome=\"ok\"}[15m])")
@@ -169,7 +175,7 @@ for mode in without with; do
         fail "$mode: the gateway answered $ok ok, the load had $in_time users in time"
 
     after=$(q "sum(max_over_time(deadline_worker_seconds_after_caller_left_total{job=\"$mode\"}[15m]))")
-    logs=$(jq -r "$run.worker_ms_after_users_left" "$json")
+    logs=$(J "$run.worker_ms_after_users_left")
     exceeded=$(q "sum(max_over_time(deadline_exceeded_total{job=\"$mode\"}[15m]))")
     echo "$mode: $users users, $in_time in time; gateway $edge requests ($ok ok);" \
         "work after the caller left ${after} s (logs: ${logs} ms after users left);" \
