@@ -75,7 +75,7 @@ pub(super) async fn compare(args: DemoArgs, peer: Peer) -> anyhow::Result<ExitCo
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
     print_peer_report(&args, &chains)?;
-    Ok(peer_verdict(&args, &chains[Way::ALL.len() + 1]))
+    Ok(peer_verdict(&args, &chains))
 }
 
 /// What `--peer` is about to play.
@@ -166,30 +166,141 @@ fn print_peer_report(args: &DemoArgs, chains: &[ChainRuns]) -> anyhow::Result<()
     Ok(())
 }
 
+/// The calls the reference cascade makes when nothing stops it: the gateway's 3 attempts at
+/// orders, each making 3 attempts at inventory.
+const CASCADE_CALLS: usize = 3 + 3 * 3;
+
 /// With `--peer-check`: fails when any run with deadlines made a call or worked after the user
-/// left.
-fn peer_verdict(args: &DemoArgs, with: &ChainRuns) -> ExitCode {
+/// left, or when the grpc-js chains do not show what they are there to show (so a broken peer
+/// cannot pass as a comparison): the timeouts-only chain makes the whole cascade and works on
+/// after the user left in every run, and the chains with `parent` propagation stop it, making
+/// fewer calls than the cascade (median of their runs).
+fn peer_verdict(args: &DemoArgs, chains: &[ChainRuns]) -> ExitCode {
     if !args.peer_check {
         return ExitCode::SUCCESS;
     }
-    let late: Vec<&DemoRun> = with
+    let mut failures = Vec::new();
+    for (way, chain) in Way::ALL.iter().zip(chains) {
+        failures.extend(peer_chain_failures(*way, chain));
+    }
+    let with = &chains[Way::ALL.len() + 1];
+    for run in with
         .runs
         .iter()
         .filter(|r| r.calls_after_user_left > 0 || r.waste_ms() > 0.0)
-        .collect();
-    for run in &late {
-        eprintln!(
-            "CHECK FAILED: with deadlines, {} calls and {:.0} ms of work after the user left",
+    {
+        failures.push(format!(
+            "with deadlines, {} calls and {:.0} ms of work after the user left",
             run.calls_after_user_left,
             run.waste_ms()
-        );
+        ));
     }
-    if !late.is_empty() {
+    for failure in &failures {
+        eprintln!("CHECK FAILED: {failure}");
+    }
+    if !failures.is_empty() {
         return ExitCode::FAILURE;
     }
     eprintln!(
-        "check passed: {} runs with deadlines, no call and no work after the user left",
+        "check passed: {} runs with deadlines, no call and no work after the user left; the \
+         grpc-js chains made the cascade's {CASCADE_CALLS} calls with timeouts only and fewer \
+         with propagation",
         with.runs.len()
     );
     ExitCode::SUCCESS
+}
+
+/// What is wrong with one grpc-js chain's runs, if anything.
+fn peer_chain_failures(way: Way, chain: &ChainRuns) -> Vec<String> {
+    let label = way.label();
+    if chain.runs.is_empty() {
+        return vec![format!("{label}: no run")];
+    }
+    match way {
+        Way::Timeouts => chain
+            .runs
+            .iter()
+            .filter(|r| r.calls != CASCADE_CALLS || r.waste_ms() <= 0.0)
+            .map(|r| {
+                format!(
+                    "{label}: {} calls and {:.0} ms of work after the user left, where the \
+                     cascade makes {CASCADE_CALLS} calls and works on: the peer chain did not run \
+                     as the reference",
+                    r.calls,
+                    r.waste_ms()
+                )
+            })
+            .collect(),
+        Way::Propagate | Way::Cancel => {
+            let mut calls: Vec<usize> = chain.runs.iter().map(|r| r.calls).collect();
+            calls.sort_unstable();
+            let median = calls[(calls.len() - 1) / 2];
+            if median < CASCADE_CALLS {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "{label}: {median} calls (median of {} runs), the whole cascade: the \
+                     propagated deadline cancelled nothing",
+                    calls.len()
+                )]
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(calls: usize, after_ms: f64) -> DemoRun {
+        DemoRun {
+            chain: None,
+            deadlines: false,
+            user_status: Some(504),
+            user_grpc_status: Some("DEADLINE_EXCEEDED".into()),
+            user_heard_back_ms: Some(2_000.0),
+            user_gave_up_ms: None,
+            calls,
+            calls_after_user_left: 0,
+            last_work_end_ms: 0.0,
+            worker_ms: after_ms,
+            worker_ms_after_user_left: after_ms,
+            user_trace: None,
+            user_body: None,
+            database: None,
+            db_empty_ms_after_user_left: None,
+            holds: Vec::new(),
+            start_ms: 0.0,
+        }
+    }
+
+    fn chain(runs: Vec<DemoRun>) -> ChainRuns {
+        ChainRuns { chain: "c", runs }
+    }
+
+    #[test]
+    fn a_peer_chain_that_does_not_behave_as_the_reference_fails_the_check() {
+        // As measured: the cascade with timeouts only, fewer calls with propagation.
+        assert!(peer_chain_failures(Way::Timeouts, &chain(vec![run(12, 25_000.0)])).is_empty());
+        assert!(peer_chain_failures(Way::Propagate, &chain(vec![run(4, 2_100.0)])).is_empty());
+        assert!(
+            peer_chain_failures(Way::Cancel, &chain(vec![run(3, 0.0), run(11, 6_000.0)]))
+                .is_empty(),
+            "the median of two runs is the lower one"
+        );
+        // A peer that made no calls, or stopped without propagation, is not the reference.
+        assert_eq!(
+            peer_chain_failures(Way::Timeouts, &chain(vec![run(0, 0.0)])).len(),
+            1
+        );
+        assert_eq!(
+            peer_chain_failures(Way::Timeouts, &chain(vec![run(12, 0.0)])).len(),
+            1
+        );
+        // Propagation that cancels nothing: the whole cascade.
+        let failures = peer_chain_failures(Way::Propagate, &chain(vec![run(12, 25_000.0)]));
+        assert_eq!(failures.len(), 1);
+        assert!(failures[0].contains("cancelled nothing"), "{failures:?}");
+        assert_eq!(peer_chain_failures(Way::Cancel, &chain(vec![])).len(), 1);
+    }
 }
