@@ -256,8 +256,10 @@ async fn the_handler_runs_with_the_messages_deadline() {
         matches!(overrun, Handled::DeadlineExceeded { .. }),
         "{overrun:?}"
     );
+    // The message expires 1.5 s after it was published, before this consumer started on it:
+    // its handler is cut within that, not after its 20 s of work.
     assert!(
-        took < ms(10_000),
+        took <= ms(1_500 + 200),
         "stopped at the deadline, not after the work: {took:?}"
     );
     consumer.close().await.unwrap();
