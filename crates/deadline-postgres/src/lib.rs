@@ -14,10 +14,12 @@
 //!   the cutoff (the core's planner decides, as for an HTTP attempt): [`Error::NotSent`], whose
 //!   [`deadline_exceeded`](Error::deadline_exceeded) answers 504 / DEADLINE_EXCEEDED, and a
 //!   `query` span `not-sent`; a transaction is not begun with less than its own minimum;
-//! - it runs with **`statement_timeout`** = what is left less the margin, sent in the same write
-//!   as the statement (no extra round trip) and reset behind it, so the database stops it even
-//!   if this process dies, and the next user of the pooled connection runs with the server's
-//!   default (the [`statement`] module says exactly what is sent);
+//! - it runs under **`statement_timeout`** = what is left less the margin, so the database
+//!   stops it even if this process dies: the connection's limit when it already fits (at most
+//!   max(10 %, 20 ms) longer), else a `SET` sent in the same write as the statement (no extra
+//!   round trip), rounded up a little so that the statements after it reuse it. A statement
+//!   without a deadline gets the server's default back first (the [`statement`] module says
+//!   exactly what is sent and why the limit stays on the connection);
 //! - it is **cancelled on the server** with PostgreSQL's cancel request when its local timer
 //!   fires or its future is dropped (the caller hung up, or the enforce layer cut the handler);
 //!   the connection is kept out of the pool until the statement has ended, then given back
