@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-use crate::support::{Watcher, context, marker, outcomes, pool, url};
+use crate::support::{Watcher, context, limit_seen, marker, outcomes, pool, url};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -530,13 +530,7 @@ async fn with_its_cancel_lost_a_statement_under_a_reused_limit_stops_by_its_dead
         let conn = pool.get().await.expect("a connection through the relay");
 
         // The first request leaves its limit on the connection.
-        let first = context(1_000);
-        let set: String = first
-            .scope(conn.query_one("SELECT current_setting('statement_timeout')", &[]))
-            .await
-            .unwrap()
-            .get(0);
-        let set = crate::support::setting_ms(&set);
+        let set = limit_seen(&context(1_000), &conn).await;
         assert!((900..=1_000).contains(&set), "the first limit: {set} ms");
         relay.lose_new_connections();
 
@@ -544,14 +538,8 @@ async fn with_its_cancel_lost_a_statement_under_a_reused_limit_stops_by_its_dead
         let budget = 980;
         let ctx = context(budget);
         let deadline = Instant::now() + ms(budget);
-        let seen: String = ctx
-            .clone()
-            .scope(conn.query_one("SELECT current_setting('statement_timeout')", &[]))
-            .await
-            .unwrap()
-            .get(0);
         assert_eq!(
-            crate::support::setting_ms(&seen),
+            limit_seen(&ctx, &conn).await,
             set,
             "the limit was not reused"
         );

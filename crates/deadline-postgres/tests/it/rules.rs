@@ -6,7 +6,7 @@ use deadline_http::metrics::{DeadlineMetrics, Registry};
 use deadline_postgres::{ConnectError, DeadlinePool, Error};
 use tokio::time::Instant;
 
-use crate::support::{Watcher, context, marker, outcomes, pool, setting_ms};
+use crate::support::{Watcher, context, limit_seen, marker, outcomes, pool, setting_ms};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -93,20 +93,14 @@ async fn statement_timeout_is_applied_and_not_leaked() {
     let ctx = context(800);
     let start = Instant::now();
     let conn = pool.get().await.unwrap();
-    let seen: String = ctx
-        .clone()
-        .scope(conn.query_one("SELECT current_setting('statement_timeout')", &[]))
-        .await
-        .unwrap()
-        .get(0);
-    let limit = setting_ms(&seen);
+    let limit = limit_seen(&ctx, &conn).await;
     let left =
         800 - u64::try_from(Instant::now().saturating_duration_since(start).as_millis()).unwrap();
     // What was left less the 50 ms margin is at most 750 ms; rounded up by half the slack
     // (max(10 %, 20 ms)): at most 787 ms.
     assert!(
         (500..=787).contains(&limit),
-        "statement_timeout {seen} with {left} ms left"
+        "statement_timeout {limit} ms with {left} ms left"
     );
     assert_eq!(outcomes(&ctx, "query"), ["ok"]);
     drop(conn);
