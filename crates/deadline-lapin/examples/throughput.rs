@@ -2,7 +2,7 @@
 //! messages a second, publishing and consuming, the two ways alternated round by round.
 //!
 //! ```text
-//! cargo run --release -p deadline-lapin --example cost -- [N] [URL]
+//! cargo run --release -p deadline-lapin --example throughput -- [N] [URL]
 //! ```
 //!
 //! Each round publishes N messages (16 bytes each) to a fresh durable queue and then consumes
