@@ -6,19 +6,25 @@
 //! ```
 //!
 //! Each round publishes N messages (16 bytes each) to a fresh durable queue and then consumes
-//! them, each way on its own connection:
+//! them, the plain ways on one connection and `deadline-lapin` on another:
 //!
 //! - plain lapin: a channel with publisher confirms, each message published persistent and
 //!   `mandatory` and its confirmation awaited before the next; consumed with manual
 //!   acknowledgements (prefetch 10), each message acknowledged (and the acknowledgement
 //!   awaited) before the next is taken;
+//! - plain lapin with the broker's per-message TTL: the same, each message carrying an
+//!   `expiration` of a minute (what the crate sets), so the broker's own cost of a TTL is
+//!   seen apart from the crate's;
 //! - `deadline-lapin`: [`Producer::publish`] with a lifetime of a minute (the same confirms,
 //!   persistence and `mandatory`, plus the two stamps and the broker TTL), consumed with
 //!   [`Consumer::next`] (prefetch 10): the check before work, the handler run under the
 //!   message's deadline, the acknowledgement awaited.
 //!
 //! Every message is read back and counted; a way that loses one fails the run. The ratio line
-//! divides `deadline-lapin`'s median round by plain lapin's. Queues are deleted at the end of
+//! divides `deadline-lapin`'s median round by plain lapin's. Beside the rate, the client's CPU
+//! time per message (every thread of this process, from `/proc/self/task/*/schedstat`; Linux
+//! only): what the machine's load moves far less than the rate, and what says whether the
+//! client's own work is what differs. Queues are deleted at the end of
 //! each round (and by the broker after a minute unused if the run is stopped).
 
 use std::time::Duration;
@@ -51,16 +57,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let wrapped = Connection::connect(&url, ConnectionProperties::default()).await?;
     let admin = plain.create_channel().await?;
 
-    let names = ["plain lapin", "deadline-lapin, expiry"];
-    // Messages a second, per way: publishing, consuming.
+    let names = ["plain lapin", "plain lapin, TTL", "deadline-lapin, expiry"];
+    // Messages a second, per way: publishing, consuming; and the client's CPU µs a message.
     let mut publish: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut consume: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut publish_cpu: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut consume_cpu: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for round in 0..ROUNDS {
         // Forwards, then backwards: a drift in the machine's load is shared out.
         let order: Vec<usize> = if round % 2 == 0 {
-            vec![0, 1]
+            vec![0, 1, 2]
         } else {
-            vec![1, 0]
+            vec![2, 1, 0]
         };
         for way in order {
             let queue = format!("deadline-lapin-cost-{}-{round}-{way}", std::process::id());
@@ -70,16 +78,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 QueueOptions::default().delete_when_idle_for(60_000),
             )
             .await?;
-            let (sent, taken) = if way == 0 {
-                plain_way(&plain, &queue, n).await?
-            } else {
-                wrapped_way(&wrapped, &queue, n).await?
+            let (Phase(sent, sent_cpu), Phase(taken, taken_cpu)) = match way {
+                0 => plain_way(&plain, &queue, n, None).await?,
+                1 => plain_way(&plain, &queue, n, Some(TTL_MS)).await?,
+                _ => wrapped_way(&wrapped, &queue, n).await?,
             };
             admin
                 .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
                 .await?;
             publish[way].push(n as f64 / sent.as_secs_f64());
             consume[way].push(n as f64 / taken.as_secs_f64());
+            if let (Some(sent_cpu), Some(taken_cpu)) = (sent_cpu, taken_cpu) {
+                publish_cpu[way].push(sent_cpu.as_secs_f64() * 1e6 / n as f64);
+                consume_cpu[way].push(taken_cpu.as_secs_f64() * 1e6 / n as f64);
+            }
         }
     }
     println!(
@@ -102,25 +114,82 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
         println!(
-            "  {phase}: deadline-lapin / plain lapin = {:.3}",
-            medians[1] / medians[0]
+            "  {phase}: deadline-lapin / plain lapin = {:.3}, / plain lapin with the TTL = {:.3}",
+            medians[2] / medians[0],
+            medians[2] / medians[1]
+        );
+    }
+    if publish_cpu[0].is_empty() {
+        println!("(no CPU times: /proc/self/task/*/schedstat could not be read)");
+        return Ok(());
+    }
+    println!("client CPU per message, median round (µs, every thread of this process):");
+    for (phase, figures) in [("publish", &mut publish_cpu), ("consume", &mut consume_cpu)] {
+        let medians: Vec<f64> = figures
+            .iter_mut()
+            .map(|rounds| {
+                rounds.sort_by(f64::total_cmp);
+                rounds[rounds.len() / 2]
+            })
+            .collect();
+        for (name, median) in names.iter().zip(&medians) {
+            println!("  {phase} {name:<26} {median:>9.1} µs");
+        }
+        println!(
+            "  {phase}: deadline-lapin - plain lapin = {:+.1} µs",
+            medians[2] - medians[0]
         );
     }
     Ok(())
 }
 
-/// Plain lapin: publishes `n` messages with confirms, then consumes them with acknowledgements;
-/// how long each phase took.
+/// How long a phase took, and the CPU time this process spent in it (if it can be read).
+struct Phase(Duration, Option<Duration>);
+
+/// The CPU time every thread of this process has used so far: the first field of each
+/// thread's `schedstat` (ns on the CPU). `None` where it cannot be read.
+fn process_cpu() -> Option<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        // A thread that ended since the listing has no file: its time is lost, not an error.
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(total))
+}
+
+/// The time and CPU time from `start` (and `cpu`, read with it) to now.
+fn phase_since(start: Instant, cpu: Option<Duration>) -> Phase {
+    let took = Instant::now().saturating_duration_since(start);
+    let used = cpu
+        .zip(process_cpu())
+        .map(|(before, after)| after.saturating_sub(before));
+    Phase(took, used)
+}
+
+/// The lifetime `deadline-lapin` gives its messages here, as the broker TTL in ms.
+const TTL_MS: u64 = 60_000;
+
+/// Plain lapin: publishes `n` messages with confirms (each with the broker TTL `ttl_ms`, if
+/// any), then consumes them with acknowledgements; how long each phase took.
 async fn plain_way(
     connection: &Connection,
     queue: &str,
     n: usize,
-) -> Result<(Duration, Duration), Box<dyn std::error::Error>> {
+    ttl_ms: Option<u64>,
+) -> Result<(Phase, Phase), Box<dyn std::error::Error>> {
+    let mut properties = BasicProperties::default().with_delivery_mode(2);
+    if let Some(ms) = ttl_ms {
+        properties = properties.with_expiration(ShortString::from(ms.to_string()));
+    }
     let channel = connection.create_channel().await?;
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), process_cpu());
     for _ in 0..n {
         let confirm = channel
             .basic_publish(
@@ -131,7 +200,7 @@ async fn plain_way(
                     ..BasicPublishOptions::default()
                 },
                 PAYLOAD,
-                BasicProperties::default().with_delivery_mode(2),
+                properties.clone(),
             )
             .await?
             .await?;
@@ -139,11 +208,11 @@ async fn plain_way(
             return Err(format!("plain lapin: a publish was not confirmed: {confirm:?}").into());
         }
     }
-    let sent = Instant::now().saturating_duration_since(start);
+    let sent = phase_since(start, cpu);
 
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), process_cpu());
     let taken = consume_plain(&channel, queue, n).await?;
-    let took = Instant::now().saturating_duration_since(start);
+    let took = phase_since(start, cpu);
     channel.close(200, "done".into()).await?;
     if taken != n {
         return Err(format!("plain lapin: {taken} of {n} messages consumed").into());
@@ -190,18 +259,22 @@ async fn wrapped_way(
     connection: &Connection,
     queue: &str,
     n: usize,
-) -> Result<(Duration, Duration), Box<dyn std::error::Error>> {
+) -> Result<(Phase, Phase), Box<dyn std::error::Error>> {
     let producer = Producer::new(connection).await?;
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), process_cpu());
     for _ in 0..n {
         producer
-            .publish(queue, PAYLOAD, Expiry::Lifetime(Duration::from_secs(60)))
+            .publish(
+                queue,
+                PAYLOAD,
+                Expiry::Lifetime(Duration::from_millis(TTL_MS)),
+            )
             .await?;
     }
-    let sent = Instant::now().saturating_duration_since(start);
+    let sent = phase_since(start, cpu);
 
     let mut consumer = Consumer::new(connection, queue, PREFETCH).await?;
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), process_cpu());
     let mut worked = 0;
     while worked < n {
         let next = consumer.next(|message| async move {
@@ -221,7 +294,7 @@ async fn wrapped_way(
             None => break,
         }
     }
-    let took = Instant::now().saturating_duration_since(start);
+    let took = phase_since(start, cpu);
     consumer.close().await?;
     if worked != n {
         return Err(format!("deadline-lapin: {worked} of {n} messages consumed").into());
