@@ -99,13 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         PAYLOAD.len()
     );
     for (phase, figures) in [("publish", &mut publish), ("consume", &mut consume)] {
-        let medians: Vec<f64> = figures
-            .iter_mut()
-            .map(|rounds| {
-                rounds.sort_by(f64::total_cmp);
-                rounds[rounds.len() / 2]
-            })
-            .collect();
+        let medians = sorted_medians(figures);
         for ((name, rounds), median) in names.iter().zip(figures.iter()).zip(&medians) {
             println!(
                 "  {phase} {name:<26} {median:>9.0} /s   (min {:.0}, max {:.0})",
@@ -125,13 +119,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("client CPU per message, median round (µs, every thread of this process):");
     for (phase, figures) in [("publish", &mut publish_cpu), ("consume", &mut consume_cpu)] {
-        let medians: Vec<f64> = figures
-            .iter_mut()
-            .map(|rounds| {
-                rounds.sort_by(f64::total_cmp);
-                rounds[rounds.len() / 2]
-            })
-            .collect();
+        let medians = sorted_medians(figures);
         for (name, median) in names.iter().zip(&medians) {
             println!("  {phase} {name:<26} {median:>9.1} µs");
         }
@@ -141,6 +129,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// Sorts each way's rounds and gives each way's median round.
+fn sorted_medians(ways: &mut [Vec<f64>]) -> Vec<f64> {
+    ways.iter_mut()
+        .map(|rounds| {
+            rounds.sort_by(f64::total_cmp);
+            rounds[rounds.len() / 2]
+        })
+        .collect()
 }
 
 /// How long a phase took, and the CPU time this process spent in it (if it can be read).
