@@ -104,31 +104,34 @@ fn bare(bencher: Bencher<'_, '_>) {
     run(bencher, handler(), Some("1950"));
 }
 
-/// Behind the layer, no budget header: no deadline, no timer.
+/// Behind the layer with its defaults, no budget header: no deadline, no timer, no context, no
+/// trace (the layer allocates nothing beyond bare hyper's).
 #[divan::bench]
 fn no_header(bencher: Bencher<'_, '_>) {
     let service = EnforceDeadlineLayer::new("inventory").layer(handler());
     run(bencher, service, None);
 }
 
-/// Behind the layer with `Deadline-Budget-Ms: 1950`: a deadline, a timer, the trace.
+/// Behind the layer with its defaults and `Deadline-Budget-Ms: 1950`: a deadline, a timer, the
+/// trace (no `Server-Timing`).
 #[divan::bench]
 fn with_header(bencher: Bencher<'_, '_>) {
     let service = EnforceDeadlineLayer::new("inventory").layer(handler());
     run(bencher, service, Some("1950"));
 }
 
-/// As `with_header`, without the `Server-Timing` header: the difference is what it costs.
+/// As `with_header`, with the `Server-Timing` header turned on: the difference is what it
+/// costs.
 #[divan::bench]
-fn with_header_no_server_timing(bencher: Bencher<'_, '_>) {
+fn with_header_server_timing(bencher: Bencher<'_, '_>) {
     let service = EnforceDeadlineLayer::new("inventory")
-        .server_timing(false)
+        .server_timing(true)
         .layer(handler());
     run(bencher, service, Some("1950"));
 }
 
-/// As `with_header`, the answer headers shown to nobody (`TraceExposure::Off`: no
-/// `Deadline-Trace`, no `Server-Timing`): what a service that uses neither pays.
+/// As `with_header`, the trace shown to nobody (`TraceExposure::Off`): what a service that
+/// uses neither header pays.
 #[divan::bench]
 fn with_header_quiet(bencher: Bencher<'_, '_>) {
     let service = EnforceDeadlineLayer::new("inventory")
@@ -137,23 +140,24 @@ fn with_header_quiet(bencher: Bencher<'_, '_>) {
     run(bencher, service, Some("1950"));
 }
 
-/// As `no_header`, the answer headers shown only to callers that sent a budget
-/// (`TraceExposure::Budgeted`), so this request gets none.
+/// As `no_header`, with a context for a request without a budget
+/// (`context_without_budget(true)`), still no trace: the context's cost.
 #[divan::bench]
-fn no_header_budgeted_exposure(bencher: Bencher<'_, '_>) {
+fn no_header_context(bencher: Bencher<'_, '_>) {
     let service = EnforceDeadlineLayer::new("inventory")
-        .trace_exposure(TraceExposure::Budgeted)
+        .context_without_budget(true)
         .layer(handler());
     run(bencher, service, None);
 }
 
-/// As `no_header_budgeted_exposure`, and no context for a request without a budget
-/// (`context_without_budget(false)`): the layer allocates nothing beyond bare hyper's.
+/// As `no_header`, with the defaults before they changed (what `deadline service` does): the
+/// trace and `Server-Timing` on every answer and a context for every request.
 #[divan::bench]
-fn no_header_without_context(bencher: Bencher<'_, '_>) {
+fn no_header_all(bencher: Bencher<'_, '_>) {
     let service = EnforceDeadlineLayer::new("inventory")
-        .trace_exposure(TraceExposure::Budgeted)
-        .context_without_budget(false)
+        .trace_exposure(TraceExposure::Always)
+        .server_timing(true)
+        .context_without_budget(true)
         .layer(handler());
     run(bencher, service, None);
 }

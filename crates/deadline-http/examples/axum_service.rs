@@ -16,8 +16,9 @@
 //! curl http://127.0.0.1:PORT/metrics                                 # what the layer counted
 //! ```
 //!
-//! Every answer carries a `deadline-trace` header, and every request's worker hold is printed
-//! on stderr.
+//! Every answer to a request that sent a budget carries a `deadline-trace` header (the
+//! layer's default: a caller that sent none has no use for it), and every request's worker
+//! hold is printed on stderr.
 
 use std::sync::Arc;
 use std::time::Duration;

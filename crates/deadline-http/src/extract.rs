@@ -117,8 +117,9 @@ impl IntoResponse for MissingDeadline {
 
 /// The whole request context (deadline, reserve, arrival, trace), with or without a deadline.
 /// Rejects with [`MissingContext`] (a 500) when the request has none (the enforce layer is not
-/// in front of the handler, or ran the request without one); extract `Option<DeadlineContext>`
-/// to accept that.
+/// in front of the handler, or ran the request without one: by default, a request without a
+/// budget); extract `Option<DeadlineContext>` to accept that, or give every request a context
+/// with [`context_without_budget(true)`](crate::EnforceDeadlineLayer::context_without_budget).
 impl<S> FromRequestParts<S> for DeadlineContext
 where
     S: Send + Sync,
@@ -167,7 +168,8 @@ impl fmt::Display for MissingContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
             "no deadline context: the enforce layer is not in front of this handler, or it ran \
-             this request without one (context_without_budget(false) and no budget)",
+             this request without one (a request without a budget, by default; \
+             context_without_budget(true) gives every request one)",
         )
     }
 }
@@ -239,6 +241,10 @@ mod tests {
         format!("{:?}", ctx.reserve())
     }
 
+    async fn optional_context(ctx: Option<DeadlineContext>) -> String {
+        format!("{}", ctx.is_some())
+    }
+
     async fn body(response: Response) -> String {
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         String::from_utf8(bytes.to_vec()).unwrap()
@@ -252,12 +258,37 @@ mod tests {
         request.body(Body::empty()).unwrap()
     }
 
+    /// By default a request without a budget has no context: `DeadlineContext` rejects it
+    /// (naming the setting that gives one), `Option<DeadlineContext>` is `None`.
+    #[tokio::test(start_paused = true)]
+    async fn by_default_a_request_without_a_budget_has_no_context_to_extract() {
+        let app = Router::new()
+            .route("/", get(context_only))
+            .route("/optional", get(optional_context))
+            .layer(EnforceDeadlineLayer::new("svc"));
+        let response = app.clone().oneshot(get_with("/", None)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            body(response)
+                .await
+                .contains("context_without_budget(true)")
+        );
+        let response = app
+            .clone()
+            .oneshot(get_with("/", Some("600")))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let response = app.oneshot(get_with("/optional", None)).await.unwrap();
+        assert_eq!(body(response).await, "false");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn extractors_behind_the_layer() {
         let app = Router::new()
             .route("/strict", get(strict))
             .route("/lenient", get(lenient))
-            .layer(EnforceDeadlineLayer::new("svc"));
+            .layer(EnforceDeadlineLayer::new("svc").context_without_budget(true));
 
         let response = app
             .clone()

@@ -13,7 +13,7 @@ use tokio_postgres::{Client, Row};
 
 use crate::error::Error;
 use crate::record::{Outcome, Record};
-use crate::settings::Settings;
+use crate::settings::{ConnectionKey, SessionLimit, SessionLimits, Settings};
 use crate::statement::{RESET, Runner, Shared, Sql};
 
 /// Statement parameters, as tokio-postgres takes them.
@@ -54,7 +54,7 @@ macro_rules! statement_methods {
             statement: &S,
             params: Params<'_>,
         ) -> Result<Vec<Row>, Error> {
-            let client = self.client();
+            let client = self.raw();
             self.runner()
                 .run(statement.statement(client), |s| async move {
                     client.query(&s, params).await
@@ -68,7 +68,7 @@ macro_rules! statement_methods {
             statement: &S,
             params: Params<'_>,
         ) -> Result<Row, Error> {
-            let client = self.client();
+            let client = self.raw();
             self.runner()
                 .run(statement.statement(client), |s| async move {
                     client.query_one(&s, params).await
@@ -82,7 +82,7 @@ macro_rules! statement_methods {
             statement: &S,
             params: Params<'_>,
         ) -> Result<Option<Row>, Error> {
-            let client = self.client();
+            let client = self.raw();
             self.runner()
                 .run(statement.statement(client), |s| async move {
                     client.query_opt(&s, params).await
@@ -97,7 +97,7 @@ macro_rules! statement_methods {
             statement: &S,
             params: Params<'_>,
         ) -> Result<u64, Error> {
-            let client = self.client();
+            let client = self.raw();
             self.runner()
                 .run(statement.statement(client), |s| async move {
                     client.execute(&s, params).await
@@ -109,7 +109,7 @@ macro_rules! statement_methods {
         /// simple query protocol ([`tokio_postgres::Client::batch_execute`]); under a deadline
         /// the `statement_timeout` covers each of them.
         pub async fn batch_execute(&self, statements: &str) -> Result<(), Error> {
-            let client = self.client();
+            let client = self.raw();
             self.runner()
                 .run(std::future::ready(Ok(())), |()| async move {
                     client.batch_execute(statements).await
@@ -121,6 +121,11 @@ macro_rules! statement_methods {
 
 impl Connection {
     pub(crate) fn new(object: Object, settings: Arc<Settings>) -> Connection {
+        if Object::metrics(&object).recycle_count == 0 {
+            // Handed out for the first time: its session has the default limit (whatever an
+            // earlier connection that left its address and id behind had).
+            SessionLimits::all().note(key_of(&object), Some(SessionLimit::Default));
+        }
         Connection {
             object: Some(object),
             settings,
@@ -128,18 +133,34 @@ impl Connection {
         }
     }
 
+    fn key(&self) -> ConnectionKey {
+        key_of(self.object.as_ref().expect("present until dropped"))
+    }
+
     /// The tokio-postgres client underneath, for what this crate does not wrap (`COPY`,
     /// portals, notifications). Statements run through it directly get none of the deadline
-    /// rules.
+    /// rules, and run under the session's `statement_timeout` as the statements before them
+    /// left it: a statement under a deadline leaves its limit on the connection (see
+    /// [`statement`](crate::statement)), so send `RESET statement_timeout` first where a
+    /// statement must run without one. Asking for the client makes the crate forget the
+    /// connection's limit, so a `SET` sent through it is never mistaken for its own: the next
+    /// statement run through this crate sends its own limit (or the reset) with it.
     pub fn client(&self) -> &Client {
+        SessionLimits::all().note(self.key(), None);
+        self.raw()
+    }
+
+    /// The client, for this crate's own statements.
+    fn raw(&self) -> &Client {
         self.object.as_deref().expect("present until dropped")
     }
 
     fn runner(&self) -> Runner<'_> {
         Runner {
-            client: self.client(),
+            client: self.raw(),
             settings: &self.settings,
             shared: &self.shared,
+            key: self.key(),
             local: false,
         }
     }
@@ -165,12 +186,14 @@ impl Connection {
                 });
             }
         }
+        let key = self.key();
         let object = self.object.as_mut().expect("present until dropped");
         let transaction = object.transaction().await.map_err(Error::Postgres)?;
         Ok(Transaction {
             transaction,
             settings: &self.settings,
             shared: &self.shared,
+            key,
         })
     }
 }
@@ -180,7 +203,9 @@ impl Drop for Connection {
         let Some(object) = self.object.take() else {
             return;
         };
+        let key = key_of(&object);
         if self.shared.broken.load(Ordering::SeqCst) {
+            SessionLimits::all().note(key, None);
             let _ = Object::take(object); // its session is over: closed, never handed out
             return;
         }
@@ -204,8 +229,13 @@ impl Drop for Connection {
             }
             // Queued behind the interrupted statement (and any ROLLBACK of a dropped
             // transaction): it answers once they have ended.
+            SessionLimits::all().note(key, None);
             match tokio::time::timeout(limit, object.batch_execute(RESET)).await {
-                Ok(Ok(())) => drop(object), // clean: back to the pool
+                Ok(Ok(())) => {
+                    // Clean: back to the pool, with the session's default limit.
+                    SessionLimits::all().note(key, Some(SessionLimit::Default));
+                    drop(object);
+                }
                 _ => {
                     tracing::warn!("a connection whose statement was interrupted did not come back clean; closing it");
                     let _ = Object::take(object);
@@ -221,6 +251,7 @@ pub struct Transaction<'a> {
     transaction: deadpool_postgres::Transaction<'a>,
     settings: &'a Settings,
     shared: &'a Arc<Shared>,
+    key: ConnectionKey,
 }
 
 impl fmt::Debug for Transaction<'_> {
@@ -233,16 +264,24 @@ impl fmt::Debug for Transaction<'_> {
 
 impl Transaction<'_> {
     /// The tokio-postgres client underneath (statements run through it get no deadline
-    /// rules).
+    /// rules; see [`Connection::client`] for the limit they run under). As there, asking for it
+    /// makes the crate forget the connection's limit.
     pub fn client(&self) -> &Client {
+        SessionLimits::all().note(self.key, None);
+        self.raw()
+    }
+
+    /// The client, for this crate's own statements.
+    fn raw(&self) -> &Client {
         self.transaction.client()
     }
 
     fn runner(&self) -> Runner<'_> {
         Runner {
-            client: self.client(),
+            client: self.raw(),
             settings: self.settings,
             shared: self.shared,
+            key: self.key,
             local: true,
         }
     }
@@ -258,4 +297,12 @@ impl Transaction<'_> {
     pub async fn rollback(self) -> Result<(), Error> {
         self.transaction.rollback().await.map_err(Error::Postgres)
     }
+}
+
+/// Which connection `object` is, for [`SessionLimits`].
+fn key_of(object: &Object) -> ConnectionKey {
+    (
+        Arc::as_ptr(&object.statement_cache) as usize,
+        Object::id(object),
+    )
 }

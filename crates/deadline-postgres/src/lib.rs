@@ -14,23 +14,24 @@
 //!   the cutoff (the core's planner decides, as for an HTTP attempt): [`Error::NotSent`], whose
 //!   [`deadline_exceeded`](Error::deadline_exceeded) answers 504 / DEADLINE_EXCEEDED, and a
 //!   `query` span `not-sent`; a transaction is not begun with less than its own minimum;
-//! - it runs with **`statement_timeout`** = what is left less the margin, sent in the same write
-//!   as the statement (no extra round trip) and reset behind it, so the database stops it even
-//!   if this process dies, and the next user of the pooled connection runs with the server's
-//!   default (the [`statement`] module says exactly what is sent);
+//! - it runs under **`statement_timeout`** = what is left less the margin, so the database
+//!   stops it even if this process dies: the connection's limit when it already fits (at most
+//!   max(10 %, 20 ms) longer), else a `SET` sent in the same write as the statement (no extra
+//!   round trip), rounded up a little so that the statements after it reuse it. A statement
+//!   without a deadline gets the server's default back first (the [`statement`] module says
+//!   exactly what is sent and why the limit stays on the connection);
 //! - it is **cancelled on the server** with PostgreSQL's cancel request when its local timer
 //!   fires or its future is dropped (the caller hung up, or the enforce layer cut the handler);
 //!   the connection is kept out of the pool until the statement has ended, then given back
 //!   clean or closed, never handed out mid-statement;
-//! - outside any deadline it is plain tokio-postgres (nothing sent before or after it, no
-//!   timer), with two bounds: a statement whose future is dropped while it runs is still
+//! - outside any deadline it is plain tokio-postgres (no timer; a `RESET` ahead of it only when
+//!   a limit of the crate's was left on the connection), with two bounds: a statement whose future is dropped while it runs is still
 //!   cancelled on the server, as its caller has left
 //!   ([`DeadlinePool::cancel_on_drop`] turns that off), and the wait for a pooled connection
 //!   ends after the pool's wait limit ([`DeadlinePool::wait_limit`], 5 s by default) with
 //!   [`Error::PoolWaitLimit`]. For a server-side limit on such statements, give the
 //!   connections a session default (`options=-c statement_timeout=N` in the URL, or the role's
-//!   or database's setting): the `RESET` behind every statement under a deadline goes back to
-//!   it.
+//!   or database's setting): that `RESET` goes back to it.
 //!
 //! Each statement is a `query` span in the hop's `Deadline-Trace` (outcome `ok`, `deadline`,
 //! `cancelled`, `not-sent` or `error`), and with the `metrics` feature it is counted in

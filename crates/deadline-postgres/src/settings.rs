@@ -1,9 +1,11 @@
 //! [`Settings`]: what every statement from one pool follows, and their defaults.
 //!
 //! A leaf: the pool builds it, and the connection, the statement loop and the record read it;
-//! it imports none of them.
+//! it imports none of them. It also holds the one piece of state every connection's statements
+//! share: the `statement_timeout` each connection has now ([`SessionLimits`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadline::CallPolicy;
@@ -85,5 +87,72 @@ impl Settings {
                     .build()
                     .expect("the default policy is valid")
             })
+    }
+}
+
+/// A connection's session `statement_timeout`, as this crate last left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SessionLimit {
+    /// The session's default (the server's, the role's or the database's setting, or the
+    /// connection's `options`): a new connection, or one reset since.
+    Default,
+    /// `SET statement_timeout = ms`, left in place for the statements after it.
+    Set(u64),
+}
+
+/// The most connections remembered; past it every entry is forgotten at once. A forgotten
+/// connection's limit is unknown, which costs its next statement a `SET` or `RESET` sent with
+/// it, never a wrong limit. Connections a pool closes leave their entry behind (the pool says
+/// nothing when it closes one), so this bounds what they can leave.
+const MAX_REMEMBERED: usize = 4_096;
+
+/// Which connection: the address of its statement cache (one per live connection, however
+/// many pools or `DeadlinePool`s share it) and deadpool's object id (unique within a pool and
+/// never reused, so an address a closed connection left to a new one is not mistaken for it).
+pub(crate) type ConnectionKey = (usize, deadpool_postgres::ObjectId);
+
+/// The session `statement_timeout` of every connection this process's statements ran on. A
+/// connection missing here has an unknown limit.
+#[derive(Debug, Default)]
+pub(crate) struct SessionLimits {
+    by_connection: Mutex<HashMap<ConnectionKey, SessionLimit>>,
+}
+
+/// The one table: every pool's connections, so that two `DeadlinePool`s over one deadpool pool
+/// agree on what each connection has.
+static LIMITS: LazyLock<SessionLimits> = LazyLock::new(SessionLimits::default);
+
+impl SessionLimits {
+    /// The process's table.
+    pub(crate) fn all() -> &'static SessionLimits {
+        &LIMITS
+    }
+
+    /// What connection `key` has now; `None` if unknown.
+    pub(crate) fn get(&self, key: ConnectionKey) -> Option<SessionLimit> {
+        self.lock().get(&key).copied()
+    }
+
+    /// Connection `key` has `limit` now (`None`: unknown, as while a statement that changes it
+    /// is on its way, or once the connection is closed).
+    pub(crate) fn note(&self, key: ConnectionKey, limit: Option<SessionLimit>) {
+        let mut map = self.lock();
+        match limit {
+            None => {
+                map.remove(&key);
+            }
+            Some(limit) => {
+                if map.len() >= MAX_REMEMBERED && !map.contains_key(&key) {
+                    map.clear();
+                }
+                map.insert(key, limit);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ConnectionKey, SessionLimit>> {
+        self.by_connection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -9,26 +9,45 @@
 //!    useful time. Otherwise [`Error::NotSent`] and a `query` span `not-sent`.
 //! 2. **Prepare** a `&str` statement (one round trip, as plain tokio-postgres does for every
 //!    `&str` it is given), then decide again, as the preparation took some of the time.
-//! 3. **Pipeline**: `SET statement_timeout = N` (a simple query), the statement
-//!    (Bind/Execute/Sync) and `RESET statement_timeout` are queued on the connection in that
-//!    order in one poll, so they leave in one write and cost no extra round trip; inside a
-//!    transaction it is `SET LOCAL statement_timeout = N` and no `RESET` (the transaction's end
-//!    undoes it). The server stops the statement at `N` even if this process dies.
+//! 3. **Limit, once per connection**: the server's own limit, `statement_timeout`, is a
+//!    session setting, and a `SET` is a statement the server parses and runs (with the `RESET`
+//!    that used to follow every statement, it cost a prepared `SELECT 1` 2.5 times its plain
+//!    time). So a connection keeps the limit it was last given, and the crate remembers it
+//!    per connection: a statement whose own limit is `N` runs as it is
+//!    when the connection's limit `L` is [`reusable`], `N <= L <= N + slack`, with the slack
+//!    [`slack_ms`] = max(N / 10, 20 ms). Otherwise `SET statement_timeout = L` is queued
+//!    ahead of the statement in the same write (no extra round trip), with `L` =
+//!    [`rounded_up`] `N` (half the slack added), so that the statements after it, with a
+//!    little less time left, and the next requests' statements, with budgets a little longer
+//!    or shorter, find it reusable too. The server stops a statement at `L`, at most half the
+//!    slack past `N` when set and the whole slack when reused: never more than max(10 %,
+//!    20 ms) of the statement's time past its deadline, even if this process dies. Inside a
+//!    transaction it is `SET LOCAL statement_timeout = N` before each statement (the
+//!    transaction's end undoes it, and the connection's own limit is left as it was).
+//!
+//!    The limit is put back lazily: only a statement **without** a deadline needs the
+//!    session's default, so `RESET statement_timeout` is queued ahead of it (in a
+//!    transaction, `SET LOCAL statement_timeout TO DEFAULT`) when the connection has a limit
+//!    of this crate's, or one not known (a connection whose statement was cut before its
+//!    `SET` was answered, or whose client was handed out through
+//!    [`Connection::client`](crate::Connection::client)). A new connection has the default.
 //! 4. **Watch**: a local timer at `N` plus half the margin. If the server's answer has not come
 //!    by then, or the future is dropped (the caller hung up, the enforce layer cut the handler),
 //!    a drop guard spawns PostgreSQL's cancel request (a new connection carrying the backend's
 //!    key), and the connection is marked interrupted: when it is given back it is kept out of
-//!    the pool until the statement has ended and `statement_timeout` is reset again.
+//!    the pool until the statement has ended and `statement_timeout` is reset again. The timer
+//!    is the statement's own `N`, not the connection's `L`: the client's cancel fires when the
+//!    statement's time is up, whatever limit the server holds.
 //!
-//! Without a deadline the statement is sent as tokio-postgres sends it: nothing added, the
-//! server's own `statement_timeout` (the session's default), no timer. Only a statement whose
-//! future is dropped while it runs gets step 4's guard: its caller has left (a client that hung
-//! up drops the handler), so it is cancelled on the server and its connection drained before
-//! anyone else gets it. Without that cancel, a request that hangs up while its statement waits
-//! on a lock leaves the statement waiting, and its pooled connection with it, for as long as
-//! the lock is held: a handful of such callers pin the whole pool.
-//! [`DeadlinePool::cancel_on_drop`](crate::DeadlinePool::cancel_on_drop) turns it off. The
-//! cancel token is made only when the guard fires, so a statement that ends pays nothing.
+//! Without a deadline the statement is sent as tokio-postgres sends it, under the server's own
+//! `statement_timeout` (the session's default; the reset of step 3 ahead of it when a limit was
+//! left), no timer. Only a statement whose future is dropped while it runs gets step 4's guard:
+//! its caller has left (a client that hung up drops the handler), so it is cancelled on the
+//! server and its connection drained before anyone else gets it. Without that cancel, a request
+//! that hangs up while its statement waits on a lock leaves the statement waiting, and its
+//! pooled connection with it, for as long as the lock is held: a handful of such callers pin the
+//! whole pool. [`DeadlinePool::cancel_on_drop`](crate::DeadlinePool::cancel_on_drop) turns it
+//! off.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -44,7 +63,7 @@ use tokio_postgres::{CancelToken, Client, NoTls, Statement};
 
 use crate::error::Error;
 use crate::record::{Outcome, Record};
-use crate::settings::Settings;
+use crate::settings::{ConnectionKey, SessionLimit, SessionLimits, Settings};
 
 /// What a connection's statements share with its hand-back.
 #[derive(Debug, Default)]
@@ -59,13 +78,14 @@ pub(crate) struct Shared {
     pub(crate) cancel: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
-/// A statement in flight; if dropped armed, it cancels the statement on the server (when
-/// `cancel` is set) and marks the connection interrupted.
+/// A statement in flight; if dropped armed, it cancels the statement on the server (when it
+/// has a client to take a cancel token from) and marks the connection interrupted.
+///
+/// The token is taken only then: taking one copies the client's socket settings (its host's
+/// name among them, a heap allocation), which a statement that ends in time never needs.
 struct InFlight<'a> {
     shared: &'a Shared,
-    client: &'a Client,
-    /// Whether to send PostgreSQL's cancel request when dropped armed.
-    cancel: bool,
+    cancel: Option<&'a Client>,
     armed: bool,
 }
 
@@ -81,15 +101,12 @@ impl Drop for InFlight<'_> {
             return;
         }
         self.shared.interrupted.store(true, Ordering::SeqCst);
-        if !self.cancel {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let (Some(client), Ok(runtime)) =
+            (self.cancel.take(), tokio::runtime::Handle::try_current())
+        else {
             return;
         };
-        // Made here, not when the statement starts: a token copies the connection's
-        // configuration, which a statement that ends never needs.
-        let token: CancelToken = self.client.cancel_token();
+        let token: CancelToken = client.cancel_token();
         // Spawned: a drop cannot wait, and the reply to the caller should not either.
         let handle = runtime.spawn(async move {
             if let Err(e) = token.cancel_query(NoTls).await {
@@ -111,7 +128,9 @@ pub(crate) struct Runner<'a> {
     pub(crate) client: &'a Client,
     pub(crate) settings: &'a Settings,
     pub(crate) shared: &'a Arc<Shared>,
-    /// Inside a transaction: `SET LOCAL`, no `RESET`.
+    /// Which connection, for its session limit in [`SessionLimits`].
+    pub(crate) key: ConnectionKey,
+    /// Inside a transaction: `SET LOCAL`, the session's limit left as it is.
     pub(crate) local: bool,
 }
 
@@ -163,16 +182,34 @@ impl Runner<'_> {
         let cutoff = context.as_ref().and_then(DeadlineContext::cutoff);
         let mut record = Record::start(self.settings, context.clone());
         let Some(cutoff) = cutoff else {
-            // No deadline: plain tokio-postgres. The guard fires only if the statement's future
-            // is dropped while it runs: it cancels the statement (unless the pool says not to)
-            // and keeps the connection out of the pool until the statement has ended.
+            // No deadline: plain tokio-postgres, once the connection has its session's default
+            // limit. The guard fires only if the statement's future is dropped while it runs: it
+            // cancels the statement (unless the pool says not to) and keeps the connection out of
+            // the pool until the statement has ended.
             let mut flight = InFlight {
                 shared: self.shared,
-                client: self.client,
-                cancel: self.settings.cancel_on_drop,
+                cancel: self.settings.cancel_on_drop.then_some(self.client),
                 armed: true,
             };
-            let result = async { execute(prepare.await?).await }.await;
+            let limits = SessionLimits::all();
+            let result = if limits.get(self.key) == Some(SessionLimit::Default) {
+                async { execute(prepare.await?).await }.await
+            } else {
+                // A limit a statement under a deadline left (or one not known): put the
+                // default back in the same write, ahead of the statement (`biased`: queued in
+                // this order). In a transaction, for the transaction only.
+                let reset = if self.local { RESET_LOCAL } else { RESET };
+                limits.note(self.key, None);
+                let (reset, result) = tokio::join!(
+                    biased;
+                    self.client.batch_execute(reset),
+                    async { execute(prepare.await?).await },
+                );
+                if reset.is_ok() && !self.local {
+                    limits.note(self.key, Some(SessionLimit::Default));
+                }
+                reset.and(result)
+            };
             flight.disarm();
             if let Err(e) = &result {
                 self.note_broken(e);
@@ -200,8 +237,7 @@ impl Runner<'_> {
         let local_end = start + first + self.settings.policy.margin() / 2;
         let mut flight = InFlight {
             shared: self.shared,
-            client: self.client,
-            cancel: true,
+            cancel: Some(self.client),
             armed: true,
         };
         let mut sent_timeout = first;
@@ -209,7 +245,7 @@ impl Runner<'_> {
             let prepared = prepare.await.map_err(Cut::Failed)?;
             let timeout = self.decide(cutoff).map_err(Cut::NotSent)?;
             sent_timeout = timeout;
-            let ms = timeout.as_millis();
+            let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
             if !self.settings.server_limit {
                 execute(prepared).await.map_err(Cut::Failed)
             } else if self.local {
@@ -220,19 +256,25 @@ impl Runner<'_> {
                 set.map_err(Cut::Failed)?;
                 result.map_err(Cut::Failed)
             } else {
-                let set = format!("SET statement_timeout = {ms}");
-                let (set, result, reset) = tokio::join!(
-                    biased;
-                    self.client.batch_execute(&set),
-                    execute(prepared),
-                    self.client.batch_execute(RESET),
-                );
-                if reset.is_err() {
-                    // The limit may still be set: the hand-back resets it or drops the
-                    // connection.
-                    self.shared.interrupted.store(true, Ordering::SeqCst);
+                let limits = SessionLimits::all();
+                if let Some(SessionLimit::Set(current)) = limits.get(self.key) {
+                    if reusable(current, ms) {
+                        // The connection's limit already fits: nothing to send but the
+                        // statement.
+                        sent_timeout = Duration::from_millis(current);
+                        return execute(prepared).await.map_err(Cut::Failed);
+                    }
                 }
+                let limit = rounded_up(ms);
+                sent_timeout = Duration::from_millis(limit);
+                let set = format!("SET statement_timeout = {limit}");
+                // Unknown until the `SET` is answered: a statement cut before that leaves the
+                // connection to the hand-back's reset, and the next statement sends its own.
+                limits.note(self.key, None);
+                let (set, result) =
+                    tokio::join!(biased; self.client.batch_execute(&set), execute(prepared));
                 set.map_err(Cut::Failed)?;
+                limits.note(self.key, Some(SessionLimit::Set(limit)));
                 result.map_err(Cut::Failed)
             }
         };
@@ -322,3 +364,66 @@ impl Runner<'_> {
 /// Puts `statement_timeout` back to the session's default (the server's, the role's or the
 /// database's setting, or the connection's `options`).
 pub(crate) const RESET: &str = "RESET statement_timeout";
+
+/// The same for the rest of a transaction only.
+const RESET_LOCAL: &str = "SET LOCAL statement_timeout TO DEFAULT";
+
+/// The most a connection's limit may run past a statement's own `statement_timeout` of `ms`
+/// and still be reused for it: a tenth of it, or 20 ms for one under 200 ms.
+pub fn slack_ms(ms: u64) -> u64 {
+    (ms / 10).max(20)
+}
+
+/// Whether a connection whose session limit is `current` ms can run a statement whose own
+/// limit is `ms` without a `SET`: never shorter (the server would stop it before its time),
+/// at most [`slack_ms`] longer.
+pub fn reusable(current: u64, ms: u64) -> bool {
+    current >= ms && current - ms <= slack_ms(ms)
+}
+
+/// The limit a `SET` gives the connection for a statement whose own limit is `ms`: rounded up
+/// by half the slack, so that the statements after it (less time left) and those of the next
+/// requests (budgets a little longer or shorter) find it [`reusable`] as well.
+pub fn rounded_up(ms: u64) -> u64 {
+    ms.saturating_add(slack_ms(ms) / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slack_is_a_tenth_or_20_ms() {
+        assert_eq!(slack_ms(0), 20);
+        assert_eq!(slack_ms(199), 20);
+        assert_eq!(slack_ms(200), 20);
+        assert_eq!(slack_ms(950), 95);
+        assert_eq!(slack_ms(u64::MAX), u64::MAX / 10);
+    }
+
+    #[test]
+    fn a_limit_is_reused_never_shorter_and_at_most_the_slack_longer() {
+        for ms in [0, 1, 50, 199, 200, 930, 950, 3_600_000] {
+            let set = rounded_up(ms);
+            assert!(reusable(set, ms), "{ms}: its own rounded limit {set}");
+            assert!(
+                set - ms <= slack_ms(ms) / 2,
+                "{ms}: rounded up past half the slack"
+            );
+            assert!(reusable(ms, ms) && reusable(ms + slack_ms(ms), ms), "{ms}");
+            assert!(!reusable(ms + slack_ms(ms) + 1, ms), "{ms}: past the slack");
+            if ms > 0 {
+                assert!(
+                    !reusable(ms - 1, ms),
+                    "{ms}: shorter than the statement's own"
+                );
+            }
+        }
+        // The statements after a SET, with less time left, reuse it until the time gone by
+        // and half the slack together exceed their own slack.
+        let set = rounded_up(950);
+        assert!(reusable(set, 950 - 40));
+        assert!(!reusable(set, 950 - 60));
+        assert_eq!(rounded_up(u64::MAX), u64::MAX);
+    }
+}

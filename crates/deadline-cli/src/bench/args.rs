@@ -102,13 +102,17 @@ impl BenchArgs {
 pub(crate) enum Variant {
     /// The handler on plain hyper.
     Bare,
-    /// The handler behind the enforce layer.
+    /// The handler behind the enforce layer with the library's defaults: `Deadline-Trace` on
+    /// answers to requests that carried a budget, no `Server-Timing`, no context for a request
+    /// without a budget.
     Enforce,
+    /// The enforce layer writing both answer headers on every answer and making a context for
+    /// every request (the defaults before they changed; what `deadline service` does).
+    EnforceAll,
     /// The same, recording Prometheus metrics.
     EnforceMetrics,
-    /// The enforce layer with its answer headers (`Deadline-Trace`, `Server-Timing`) shown to
-    /// nobody, and no context for a request without a budget: what a service that uses
-    /// neither pays.
+    /// The enforce layer with its trace shown to nobody (and no `Server-Timing`, no context for
+    /// a request without a budget, as by default): what a service that uses none of them pays.
     EnforceQuiet,
     /// The handler behind what a Rust service uses today instead: tower-http's timeout over
     /// tower's concurrency limit.
@@ -127,9 +131,10 @@ pub(crate) enum Variant {
 }
 
 impl Variant {
-    pub(crate) const ALL: [Variant; 9] = [
+    pub(crate) const ALL: [Variant; 10] = [
         Variant::Bare,
         Variant::Enforce,
+        Variant::EnforceAll,
         Variant::EnforceMetrics,
         Variant::EnforceQuiet,
         Variant::Peer,
@@ -143,6 +148,7 @@ impl Variant {
         match self {
             Variant::Bare => "bare",
             Variant::Enforce => "enforce",
+            Variant::EnforceAll => "enforce-all",
             Variant::EnforceMetrics => "enforce-metrics",
             Variant::EnforceQuiet => "enforce-quiet",
             Variant::ChainBare => "chain-bare",
@@ -157,7 +163,8 @@ impl Variant {
     /// deadline layers with the peer stack as well.
     pub(crate) fn baselines(self) -> &'static [Variant] {
         match self {
-            Variant::Enforce => &[Variant::Bare, Variant::Peer, Variant::PeerHeaders],
+            Variant::Enforce => &[Variant::Bare, Variant::Peer],
+            Variant::EnforceAll => &[Variant::Enforce, Variant::PeerHeaders],
             Variant::EnforceMetrics => &[Variant::Enforce, Variant::Bare],
             Variant::EnforceQuiet => &[Variant::Enforce, Variant::Peer],
             Variant::Peer => &[Variant::Bare],

@@ -1,23 +1,24 @@
 //! `deadline bench`: what the layers cost over real loopback HTTP, side by side in one run.
 //!
-//! Nine servers answer the same trivial handler (`200 ok`, three bytes):
+//! Ten servers answer the same trivial handler (`200 ok`, three bytes):
 //!
 //! | variant | what |
 //! |---|---|
 //! | `bare` | the handler on plain hyper (this crate's `serve`: hyper's HTTP/1, `TCP_NODELAY`) |
-//! | `enforce` | the same behind `EnforceDeadlineLayer` (no slots) |
+//! | `enforce` | the same behind `EnforceDeadlineLayer` with the library's defaults (no slots; `Deadline-Trace` on answers to requests that carried a budget, no `Server-Timing`, no context for a request without a budget) |
+//! | `enforce-all` | `enforce` writing both answer headers on every answer and making a context for every request (`TraceExposure::Always`, `server_timing(true)`, `context_without_budget(true)`): the defaults before they changed, and what `deadline service` writes |
 //! | `enforce-metrics` | the same, recording into a Prometheus registry (`record_metrics`) |
-//! | `enforce-quiet` | `enforce` with its answer headers shown to nobody (`TraceExposure::Off`: no `Deadline-Trace`, no `Server-Timing`) and no context for a request without a budget (`context_without_budget(false)`), what a service that uses neither pays |
+//! | `enforce-quiet` | `enforce` with its trace shown to nobody (`TraceExposure::Off`; no `Server-Timing` and no context for a request without a budget, as by default), what a service that uses neither pays |
 //! | `peer` | the same behind what a Rust service uses today instead: tower-http's `TimeoutLayer` (2 s, 504) over tower's `ConcurrencyLimitLayer` (1024, never full here) |
-//! | `peer-headers` | `peer` answering with two fixed header lines named and sized like `enforce`'s `Deadline-Trace` and `Server-Timing` (tower-http's `SetResponseHeaderLayer`, static values): what two answer headers cost on that stack with no value made per request (the values carry the default budget of 1950 ms, so compare it with `enforce` under the default `--budget`) |
+//! | `peer-headers` | `peer` answering with two fixed header lines named and sized like `enforce`'s `Deadline-Trace` and `Server-Timing` (tower-http's `SetResponseHeaderLayer`, static values): what two answer headers cost on that stack with no value made per request (the values carry the default budget of 1950 ms, so compare it with `enforce-all` under the default `--budget`) |
 //! | `chain-bare` | an edge whose handler calls a second `bare` server with hyper-util's pooled client, two hops |
 //! | `chain-deadline` | the edge behind the enforce layer calls through `DeadlineClient` (the propagate layer over the same pooled client) a second server behind the enforce layer |
 //! | `chain-peer` | two `peer` hops, the edge calling the second with reqwest (pooled, HTTP/1) and a 1 s per-request timeout |
 //!
 //! Ratios compare each layered variant with what it adds to (its bare twin, `enforce` for
-//! `enforce-metrics` and `enforce-quiet`, `peer` for `peer-headers`), and the deadline layers
-//! with the peers (`enforce / peer`, `enforce / peer-headers`, `enforce-quiet / peer`,
-//! `chain-deadline / chain-peer`).
+//! `enforce-all`, `enforce-metrics` and `enforce-quiet`, `peer` for `peer-headers`), and the
+//! deadline layers with the peers (`enforce / peer`, `enforce-all / peer-headers`,
+//! `enforce-quiet / peer`, `chain-deadline / chain-peer`).
 //!
 //! Every request carries `Deadline-Budget-Ms` (the bare servers ignore it), so the bytes on the
 //! wire are the same for every variant; `--no-budget` leaves it out, for what a caller that

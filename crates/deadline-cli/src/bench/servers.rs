@@ -160,7 +160,7 @@ fn peer_stack<S>(inner: S) -> PeerStack<S> {
         .service(inner)
 }
 
-/// The `peer-headers` variant's `Deadline-Trace`: what the enforce layer writes for a bench
+/// The `peer-headers` variant's `Deadline-Trace`: what the enforce layer (`enforce-all`) writes for a bench
 /// request that waited for nothing and worked under a millisecond, with the budget every
 /// request carries by default (1950 ms). With another `--budget`, or none, `enforce` writes a
 /// different budget or none while this and [`PEER_TIMING`] stay.
@@ -272,6 +272,15 @@ pub(crate) async fn serve_variant(
                 .layer(service_fn(ok));
             deadline_http::serve(listener, service, until(stop)).await?;
         }
+        Variant::EnforceAll => {
+            let service = EnforceDeadlineLayer::new("bench")
+                .tracing(tracing)
+                .trace_exposure(TraceExposure::Always)
+                .server_timing(true)
+                .context_without_budget(true)
+                .layer(service_fn(ok));
+            deadline_http::serve(listener, service, until(stop)).await?;
+        }
         Variant::EnforceMetrics => {
             let mut registry = deadline_http::metrics::Registry::default();
             let metrics = deadline_http::metrics::DeadlineMetrics::register(&mut registry);
@@ -285,7 +294,6 @@ pub(crate) async fn serve_variant(
             let service = EnforceDeadlineLayer::new("bench")
                 .tracing(tracing)
                 .trace_exposure(TraceExposure::Off)
-                .context_without_budget(false)
                 .layer(service_fn(ok));
             deadline_http::serve(listener, service, until(stop)).await?;
         }

@@ -131,12 +131,17 @@ pub(crate) struct ServiceArgs {
     /// Baseline: send no budget downstream; every attempt gets its full timeout.
     #[arg(long)]
     pub no_propagate: bool,
-    /// Send no `Server-Timing` header (queue, work and budget times) with the answers.
-    #[arg(long)]
+    /// Whether every answer carries a `Server-Timing` header (queue, work and budget times):
+    /// `on` or `off`. This demonstration service has it on; the library's default is off.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub server_timing: Switch,
+    /// The same as `--server-timing off` (the older spelling).
+    #[arg(long, hide = true, conflicts_with = "server_timing")]
     pub no_server_timing: bool,
-    /// Who gets this hop's `Deadline-Trace` and `Server-Timing` headers: `always`, `budgeted`
-    /// (only callers that sent a budget) or `off`. An edge the public can reach limits them:
-    /// they map the internal call graph and its timings.
+    /// Who gets this hop's `Deadline-Trace` header: `always`, `budgeted` (only callers that
+    /// sent a budget, the library's default) or `off`. This demonstration service shows it to
+    /// every caller; an edge the public can reach limits it: it maps the internal call graph
+    /// and its timings.
     #[arg(long, default_value = "always")]
     pub trace: TraceExposure,
     /// Write one JSON line per worker hold to this file.
@@ -331,4 +336,20 @@ fn downstream_policy(args: &ServiceArgs) -> anyhow::Result<Option<CallPolicy>> {
         .build()
         .context("invalid downstream call policy")?;
     Ok(Some(policy))
+}
+
+/// A feature turned `on` or `off` on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+impl ServiceArgs {
+    /// Whether answers carry `Server-Timing`: `--server-timing on` and no `--no-server-timing`.
+    pub(crate) fn server_timing(&self) -> bool {
+        self.server_timing == Switch::On && !self.no_server_timing
+    }
 }

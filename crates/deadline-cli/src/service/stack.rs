@@ -30,7 +30,7 @@ pub(super) fn enforce_layer(
         .accept(args.dialects.accept)
         .skew_guard(args.dialects.guard())
         .record_metrics(&observers.metrics)
-        .server_timing(!args.no_server_timing)
+        .server_timing(args.server_timing())
         .trace_exposure(args.trace.clone());
     enforce = enforce.queue(args.queue);
     if args.admission {

@@ -41,6 +41,7 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
         [
             "bare",
             "enforce",
+            "enforce-all",
             "enforce-metrics",
             "enforce-quiet",
             "peer",
@@ -76,7 +77,8 @@ fn short_bench_serves_every_variant_and_reports_ratios() {
         [
             ("enforce", "bare"),
             ("enforce", "peer"),
-            ("enforce", "peer-headers"),
+            ("enforce-all", "enforce"),
+            ("enforce-all", "peer-headers"),
             ("enforce-metrics", "enforce"),
             ("enforce-metrics", "bare"),
             ("enforce-quiet", "enforce"),
@@ -195,15 +197,20 @@ fn served_head(variant: &str) -> String {
 
 #[test]
 fn enforce_quiet_answers_without_the_headers_enforce_sends() {
-    let loud = served_head("enforce");
+    let loud = served_head("enforce-all");
     assert!(loud.contains("\r\ndeadline-trace: bench@"), "{loud}");
     assert!(loud.contains("\r\nserver-timing: queue;dur="), "{loud}");
+    // The library's defaults: the trace for a request with a budget (the bench's carry one),
+    // no Server-Timing.
+    let default = served_head("enforce");
+    assert!(default.contains("\r\ndeadline-trace: bench@"), "{default}");
+    assert!(!default.contains("server-timing"), "{default}");
     let quiet = served_head("enforce-quiet");
     assert!(!quiet.contains("deadline-trace"), "{quiet}");
     assert!(!quiet.contains("server-timing"), "{quiet}");
 }
 
-/// `peer-headers` answers with the two header lines `enforce` writes, under the same names, in
+/// `peer-headers` answers with the two header lines `enforce-all` writes, under the same names, in
 /// the same order and of the same shape (each run of digits read as one number, since times
 /// differ), so its instruction count against `peer` is what those two lines cost.
 #[test]
@@ -228,7 +235,7 @@ fn peer_headers_answers_with_lines_shaped_like_enforces() {
             })
             .collect()
     };
-    let (peer_head, enforce_head) = (served_head("peer-headers"), served_head("enforce"));
+    let (peer_head, enforce_head) = (served_head("peer-headers"), served_head("enforce-all"));
     // The budget is the one number both write alike: the request carries 1950 ms.
     for head in [&peer_head, &enforce_head] {
         assert!(head.contains(",^0=1950\r\n"), "{head}");

@@ -269,7 +269,7 @@ fn without_a_budget_there_is_no_budget_anywhere() {
 
 #[test]
 fn a_budget_in_a_header_counts_and_server_timing_can_be_off() {
-    let service = Service::start(&["--name", "inventory", "--no-server-timing"]);
+    let service = Service::start(&["--name", "inventory", "--server-timing", "off"]);
     let url = format!("http://{}/", service.addr);
     let json = call_json(&[
         "-H",
@@ -377,7 +377,10 @@ fn h2c_server() -> String {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"h2 ok"))))
             });
-            let service = EnforceDeadlineLayer::new("h2hop").layer(handler);
+            // `Server-Timing` on, as `deadline service` has it (the library's default is off).
+            let service = EnforceDeadlineLayer::new("h2hop")
+                .server_timing(true)
+                .layer(handler);
             while let Ok((stream, _)) = listener.accept().await {
                 let service = TowerToHyperService::new(service.clone());
                 tokio::spawn(

@@ -1,30 +1,41 @@
-//! Who sees this hop's `Deadline-Trace` and `Server-Timing` headers: [`TraceExposure`].
+//! Who sees this hop's `Deadline-Trace` header: [`TraceExposure`].
 //!
-//! # The rule: an edge shows its timings only to callers it trusts
+//! # The default: the trace where the caller can use it
+//!
+//! A caller that sent a budget (in any dialect the layer accepts) is deadline-aware: it can
+//! read the trace, splice it into its own, and show where the time went. A caller that sent
+//! none (a browser, a health check, a client that knows nothing of deadlines) has no use for
+//! it, and writing it costs every answer a value made and a header line (measured in
+//! `docs/performance.md`). So the default is
+//! [`Budgeted`](TraceExposure::Budgeted): the trace goes on answers to requests that carried a
+//! budget, and nowhere else. `Server-Timing` is not governed here: it is off unless the
+//! application turns it on
+//! ([`server_timing(true)`](super::EnforceDeadlineLayer::server_timing)), and then on every
+//! answer.
+//!
+//! # An edge shows its timings only to callers it trusts
 //!
 //! A `Deadline-Trace` answer names every service the request went through, how the calls
-//! nested, how long each queued and worked, and which attempts were retried, hedged or shed;
-//! `Server-Timing` gives this hop's queue and work times. Between services of one system that
-//! is the point. At an edge that faces the public, it is a map of the internal call graph and
-//! its timings for anyone who asks: service names to aim at, which path is slow, how full the
-//! queues are (an attacker can time an overload by it). So a service reachable by callers
-//! outside the system sets an exposure that excludes them:
+//! nested, how long each queued and worked, and which attempts were retried, hedged or shed.
+//! Between services of one system that is the point. At an edge that faces the public, it is a
+//! map of the internal call graph and its timings for anyone who asks: service names to aim
+//! at, which path is slow, how full the queues are (an attacker can time an overload by it).
+//! So a service reachable by callers outside the system sets an exposure that excludes them:
 //!
-//! | exposure | answers carry the headers |
+//! | exposure | answers carry the trace |
 //! |---|---|
-//! | [`Always`](TraceExposure::Always) (the default) | to every caller |
-//! | [`Budgeted`](TraceExposure::Budgeted) | only to callers that sent a budget header (`Deadline-Budget-Ms`, `grpc-timeout` or another accepted source): deadline-aware hops, not a browser |
+//! | [`Budgeted`](TraceExposure::Budgeted) (the default) | only to callers that sent a budget header (`Deadline-Budget-Ms`, `grpc-timeout` or another accepted source): deadline-aware hops, not a browser |
+//! | [`Always`](TraceExposure::Always) | to every caller |
 //! | [`trusted`](TraceExposure::trusted) | only to requests the application's predicate accepts (a header set by its own proxy, a peer address from the request extensions) |
 //! | [`Off`](TraceExposure::Off) | to nobody |
 //!
 //! `Budgeted` is a convenience, not a boundary: any caller can send the header. Where the
 //! public can reach the service, use `trusted` with something the public cannot forge, or
 //! `Off`. The exposure changes only what is *sent*: the hop records the same trace (its hold
-//! reports, metrics and the calls it makes are unchanged). When the headers are not exposed, a
+//! reports, metrics and the calls it makes are unchanged). When the trace is not exposed, a
 //! `Deadline-Trace` the inner service wrote itself is removed too, so no downstream hop's trace
-//! leaks through this one; a `Server-Timing` the application wrote itself is its own and kept.
-//! A request that sent no budget and is shown no trace can also go without a context at all,
-//! so that it costs what it would without the layer:
+//! leaks through this one. A request that sent no budget and is shown no trace goes without a
+//! context by default, so that it costs what it would without the layer:
 //! [`context_without_budget`](super::EnforceDeadlineLayer::context_without_budget).
 
 use std::fmt;
@@ -36,17 +47,17 @@ use http::{Extensions, HeaderMap};
 /// hop's timings.
 type Trust = Arc<dyn Fn(&HeaderMap, &Extensions) -> bool + Send + Sync>;
 
-/// Which callers get this hop's `Deadline-Trace` and `Server-Timing` headers (see the
-/// [module docs](self) for why an edge limits them). Set it with
+/// Which callers get this hop's `Deadline-Trace` header (see the [module docs](self) for the
+/// default and for why an edge limits it). Set it with
 /// [`EnforceDeadlineLayer::trace_exposure`](super::EnforceDeadlineLayer::trace_exposure).
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub enum TraceExposure {
-    /// Every caller (the default).
-    #[default]
+    /// Every caller.
     Always,
     /// Only callers that sent a budget header (any source the layer accepts, even a malformed
-    /// or expired value).
+    /// or expired value): the default.
+    #[default]
     Budgeted,
     /// Only callers the application's predicate trusts: build it with
     /// [`TraceExposure::trusted`].
@@ -75,7 +86,7 @@ impl TraceExposure {
         TraceExposure::Trusted(Arc::new(trust))
     }
 
-    /// Whether a request with `headers` and `extensions` gets the headers; `budgeted` says
+    /// Whether a request with `headers` and `extensions` gets the trace; `budgeted` says
     /// whether it sent a budget.
     pub(crate) fn allows(
         &self,

@@ -34,7 +34,7 @@ use tower_service::Service;
 
 use super::answer::{self, Caller};
 use super::body::EnforceBody;
-use super::hop_trace::answer_headers;
+use super::hop_trace::{answer_headers, timing_alone};
 use super::queue::{Arrival, Slot, Slots, Waiter};
 #[cfg(feature = "baseline")]
 use super::recorder::CallerWatch;
@@ -270,8 +270,8 @@ pub(crate) struct Reply {
     pub(crate) recorder: Option<Recorder>,
     /// The terms the layer's own answers are given in.
     pub(crate) caller: Caller,
-    /// Whether the answer carries this hop's `Deadline-Trace` and `Server-Timing` (see
-    /// [`TraceExposure`](super::TraceExposure)).
+    /// Whether the answer carries this hop's `Deadline-Trace` (see
+    /// [`TraceExposure`](super::TraceExposure)); `Server-Timing` follows the settings alone.
     pub(crate) expose: bool,
 }
 
@@ -617,6 +617,9 @@ impl Reply {
         } else {
             // Nor a trace the inner service relayed from downstream.
             parts.headers.remove(deadline::TRACE_HEADER);
+            if let Some(timing) = timing_alone(&self.settings, &recorder.facts()) {
+                parts.headers.append(SERVER_TIMING_HEADER, timing);
+            }
         }
         Response::from_parts(
             parts,
@@ -635,7 +638,14 @@ impl Reply {
         recorder.delivered();
         let ctx = match (self.expose, &self.ctx) {
             (true, Some(ctx)) => ctx,
-            _ => return answer::own(self.caller, status, message, recorder),
+            _ => {
+                let timing = timing_alone(&self.settings, &recorder.facts());
+                let mut response = answer::own(self.caller, status, message, recorder);
+                if let Some(timing) = timing {
+                    response.headers_mut().append(SERVER_TIMING_HEADER, timing);
+                }
+                return response;
+            }
         };
         let headers = answer_headers(
             &self.settings,

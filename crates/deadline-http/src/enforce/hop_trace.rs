@@ -65,10 +65,15 @@ pub(crate) fn answer_headers(
     }
     AnswerHeaders {
         trace: hop.to_header_value(&recorded, dropped),
-        timing: settings
-            .server_timing
-            .then(|| server_timing::value(hold.queued, hold.worked, hold.budget_ms)),
+        timing: timing_alone(settings, hold),
     }
+}
+
+/// `Server-Timing` alone, for an answer that shows no trace, if the layer has it on.
+pub(crate) fn timing_alone(settings: &HopSettings, hold: &HoldFacts) -> Option<HeaderValue> {
+    settings
+        .server_timing
+        .then(|| server_timing::value(hold.queued, hold.worked, hold.budget_ms))
 }
 
 /// Both values written into one buffer, which [`Bytes::from_owner`] moves to the heap in one
@@ -193,7 +198,7 @@ mod tests {
             }
         }
         // What the values are, so a change in both paths at once is seen too.
-        let layer = EnforceDeadlineLayer::new("inventory");
+        let layer = EnforceDeadlineLayer::new("inventory").server_timing(true);
         let ctx = DeadlineContext::new(None, Duration::from_millis(10), arrival);
         let headers = answer_headers(&layer.settings, &ctx, &hold(Some(950)), StatusCode::OK, end);
         assert_eq!(

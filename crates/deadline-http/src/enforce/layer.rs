@@ -54,7 +54,10 @@ impl EnforceDeadlineLayer {
     /// A layer for the hop called `name` (used in traces, 504 bodies and hold reports), with
     /// the defaults: budgets up to [`Budget::DEFAULT_MAX`], a 10 ms reply reserve, no limit on
     /// concurrent work, enforcement on, `grpc-timeout` read on gRPC requests only,
-    /// `Server-Timing` on.
+    /// `Deadline-Trace` on answers to requests that carried a budget
+    /// ([`TraceExposure::Budgeted`](super::TraceExposure::Budgeted)), `Server-Timing` off, and
+    /// no context for a request without a budget: a request that sent none costs about what it
+    /// would without the layer (see [`context_without_budget`](Self::context_without_budget)).
     pub fn new(name: impl Into<String>) -> EnforceDeadlineLayer {
         let name = name.into();
         EnforceDeadlineLayer {
@@ -71,10 +74,10 @@ impl EnforceDeadlineLayer {
                 #[cfg(feature = "baseline")]
                 enforce: true,
                 sources: super::sources::Sources::default(),
-                server_timing: true,
-                exposure: super::TraceExposure::Always,
+                server_timing: false,
+                exposure: super::TraceExposure::Budgeted,
                 extensions: false,
-                context_without_budget: true,
+                context_without_budget: false,
                 on_hold: None,
                 metrics: HoldMetrics::default(),
                 prometheus: Default::default(),
@@ -222,20 +225,24 @@ impl EnforceDeadlineLayer {
 
     /// Add a W3C `Server-Timing` header to every answer (`queue;dur=…, work;dur=…,
     /// budget;dur=…`, in milliseconds; no `budget` metric for a request without one), so a
-    /// browser's developer tools show where this hop's time went. Default `true`; turn it off
-    /// for a service whose timings callers should not see. A `Server-Timing` the inner service
-    /// wrote itself is kept either way.
+    /// browser's developer tools show where this hop's time went. Default `false`: the header
+    /// costs every answer (a value made, a header line written) and shows this hop's queue and
+    /// work times to whoever calls, so the application turns it on where it wants them seen.
+    /// On, it goes on every answer whatever the [`trace_exposure`](Self::trace_exposure) (a
+    /// browser sends no budget); the exposure governs `Deadline-Trace` only. A `Server-Timing`
+    /// the inner service wrote itself is kept either way.
     pub fn server_timing(mut self, on: bool) -> Self {
         self.settings.server_timing = on;
         self
     }
 
-    /// Which callers get this hop's `Deadline-Trace` and `Server-Timing` headers: everyone
-    /// ([`TraceExposure::Always`](super::TraceExposure::Always), the default), callers that
-    /// sent a budget, callers an application predicate trusts, or nobody. A service that the
-    /// public can reach limits them: the trace is a map of the internal call graph and its
-    /// timings (see [`exposure`](super::exposure) for the rule). Hold reports, metrics and
-    /// outbound calls are the same whatever the exposure.
+    /// Which callers get this hop's `Deadline-Trace`: callers that sent a budget in any
+    /// accepted dialect ([`TraceExposure::Budgeted`](super::TraceExposure::Budgeted), the
+    /// default: a deadline-aware caller that can read it), everyone
+    /// ([`Always`](super::TraceExposure::Always)), callers an application predicate trusts,
+    /// or nobody. A service that the public can reach limits it: the trace is a map of the
+    /// internal call graph and its timings (see [`exposure`](super::exposure) for the rule).
+    /// Hold reports, metrics and outbound calls are the same whatever the exposure.
     pub fn trace_exposure(mut self, exposure: super::TraceExposure) -> Self {
         self.settings.exposure = exposure;
         self
@@ -258,9 +265,9 @@ impl EnforceDeadlineLayer {
 
     /// Whether a request that arrives without a budget still gets a
     /// [`DeadlineContext`](crate::DeadlineContext) when its answer will not carry this hop's
-    /// trace (default: `true`).
+    /// trace (default: `false`).
     ///
-    /// Set to `false`, such a request runs as if the layer were not in front of the handler:
+    /// Off (the default), such a request runs as if the layer were not in front of the handler:
     /// [`DeadlineContext::current`](crate::DeadlineContext::current) is `None` in it (or, behind
     /// an outer enforce layer that made a context, that one), the axum `DeadlineContext`
     /// extractor rejects it (extract `Option<DeadlineContext>` to accept it),
@@ -279,17 +286,19 @@ impl EnforceDeadlineLayer {
     ///
     /// What it saves, measured in `docs/performance.md`: the context's allocation and its
     /// bookkeeping, about 320 instructions a request; every request that keeps its context
-    /// pays 20 to 30 instructions for the choice.
+    /// pays 20 to 30 instructions for the choice. Turn it on for handlers that need a context
+    /// on every request (the axum `DeadlineContext` extractor without `Option`).
     ///
     /// ```
     /// use deadline_http::EnforceDeadlineLayer;
     /// use deadline_http::enforce::TraceExposure;
     ///
-    /// // A public edge: browsers send no budget and see no trace; internal callers get both.
-    /// let edge = EnforceDeadlineLayer::new("gateway")
-    ///     .trace_exposure(TraceExposure::Budgeted)
-    ///     .context_without_budget(false);
-    /// # let _ = edge;
+    /// // Every request gets a context, and every answer a trace: an internal service whose
+    /// // handlers extract `DeadlineContext` whether or not the caller sent a budget.
+    /// let internal = EnforceDeadlineLayer::new("inventory")
+    ///     .trace_exposure(TraceExposure::Always)
+    ///     .context_without_budget(true);
+    /// # let _ = internal;
     /// ```
     pub fn context_without_budget(mut self, on: bool) -> Self {
         self.settings.context_without_budget = on;

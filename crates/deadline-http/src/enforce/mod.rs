@@ -30,13 +30,16 @@
 //!    await point, and its outbound calls with it) and the layer answers **504** with what the
 //!    hop was doing: `deadline exceeded at inventory while calling orders: budget 600 ms,
 //!    queued 0 ms, worked 590 ms`. The slot is released as soon as the work ends.
-//! 5. adds a [`Deadline-Trace`](deadline::trace) header to every answer it gives, 200, 400 and
-//!    504 alike: one root span named after the hop, from arrival to the answer, whose outcome
-//!    is the status code and which carries the budget the hop read on arrival (none without a
-//!    deadline); under it `queue`, `work` (outcome `ok`, `deadline` or `error`) and the spans
-//!    the handler's outbound calls recorded, their callees' budgets kept. It adds a W3C
-//!    [`Server-Timing`](server_timing) header too (`queue;dur=0.004, work;dur=41.250,
-//!    budget;dur=200`), unless [turned off](EnforceDeadlineLayer::server_timing).
+//! 5. adds a [`Deadline-Trace`](deadline::trace) header to every answer it gives to a request
+//!    that carried a budget (any accepted dialect), 200, 400 and 504 alike, or to whichever
+//!    callers the [trace exposure](EnforceDeadlineLayer::trace_exposure) names: one root span
+//!    named after the hop, from arrival to the answer, whose outcome is the status code and
+//!    which carries the budget the hop read on arrival (none without a deadline); under it
+//!    `queue`, `work` (outcome `ok`, `deadline` or `error`) and the spans the handler's
+//!    outbound calls recorded, their callees' budgets kept. Where the application
+//!    [turns it on](EnforceDeadlineLayer::server_timing), it adds a W3C
+//!    [`Server-Timing`](server_timing) header to every answer too (`queue;dur=0.004,
+//!    work;dur=41.250, budget;dur=200`).
 //! 6. gives its own answers (400, 503, 504) in the caller's terms: a gRPC caller gets a
 //!    trailers-only `grpc-status` (DEADLINE_EXCEEDED, INVALID_ARGUMENT, UNAVAILABLE) with the
 //!    same text, a Connect caller a JSON error body; see [`answer`].
@@ -76,8 +79,15 @@
 //! assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 //!
 //! let fine = Request::builder().header("deadline-budget-ms", "600").body(()).unwrap();
-//! let response = service.oneshot(fine).await.unwrap();
+//! let response = service.clone().oneshot(fine).await.unwrap();
 //! assert_eq!(response.status(), StatusCode::OK);
+//! assert!(response.headers().contains_key("deadline-trace"));
+//!
+//! // No budget: no deadline, and by default no trace on the answer.
+//! let plain = Request::builder().body(()).unwrap();
+//! let response = service.oneshot(plain).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! assert!(!response.headers().contains_key("deadline-trace"));
 //! # }
 //! ```
 //!
@@ -102,7 +112,9 @@
 //!
 //! A request without a budget behaves as if the layer were not there: no timer is created (the
 //! cutoff is an `Option<Sleep>`, as in tonic's `grpc_timeout.rs`), slots are a plain wait, and
-//! the handler runs to its end. Only the trace header and the hold report are added. Every stage
+//! the handler runs to its end; by default it gets no context and no trace either (see
+//! [`context_without_budget`](EnforceDeadlineLayer::context_without_budget)). Only the hold
+//! report is added. Every stage
 //! of a request with a budget sleeps until the *same* instant, computed once on arrival, so the
 //! queue and the work cannot each take a full budget.
 //!
@@ -143,7 +155,8 @@
 //!
 //! An `Err` from the inner service passes through unchanged (the layer's error type is the inner
 //! one); having no response, it carries no trace, and its hold is reported as
-//! [`HoldOutcome::Error`]. axum services never fail, so with axum every answer carries a trace.
+//! [`HoldOutcome::Error`]. axum services never fail, so with axum every answer to a request
+//! with a budget carries a trace.
 //!
 //! A tokio runtime with the time driver enabled is required (as for any tokio timer).
 

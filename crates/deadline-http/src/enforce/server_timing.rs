@@ -1,5 +1,5 @@
-//! The W3C `Server-Timing` header on every answer the layer gives: where this hop's time went,
-//! for a browser's developer tools.
+//! The W3C `Server-Timing` header, on every answer the layer gives where the application turns
+//! it on: where this hop's time went, for a browser's developer tools.
 //!
 //! The value is `queue;dur=Q, work;dur=W, budget;dur=B`: the time the request waited for a
 //! worker slot, the time its work held one, and the budget it arrived with, all in milliseconds
@@ -32,8 +32,10 @@
 //! The value is written into a buffer on the stack with the project's own digit writer (no
 //! `fmt`). On an answer whose handler made no calls it shares that buffer with the hop's
 //! `Deadline-Trace`, and both header values are slices of one allocation; otherwise it is
-//! copied once into its own [`HeaderValue`]. [`EnforceDeadlineLayer::server_timing(false)`](super::EnforceDeadlineLayer::server_timing)
-//! turns it off for services that do not want their timings shown to callers.
+//! copied once into its own [`HeaderValue`]. It is off by default (a service that does not
+//! want its timings shown, or has no browser reading them, pays nothing for it);
+//! [`EnforceDeadlineLayer::server_timing(true)`](super::EnforceDeadlineLayer::server_timing)
+//! turns it on.
 
 use std::time::Duration;
 
@@ -45,7 +47,7 @@ use crate::hold::Hold;
 
 /// `Server-Timing`: the W3C header with this hop's queue and work time and the budget it
 /// arrived with, added to every answer of an [`EnforceDeadline`](super::EnforceDeadline)
-/// service unless [turned off](super::EnforceDeadlineLayer::server_timing).
+/// service [turned on](super::EnforceDeadlineLayer::server_timing) for it.
 pub const SERVER_TIMING_HEADER: HeaderName = HeaderName::from_static("server-timing");
 
 /// The metric for the time spent waiting for a worker slot.

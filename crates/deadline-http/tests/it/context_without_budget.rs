@@ -1,6 +1,7 @@
-//! `context_without_budget(false)`: a request without a budget, whose answer shows no trace,
-//! runs without a context, as if the layer were not in front of the handler; every other
-//! request keeps its context, and every request's hold is reported.
+//! `context_without_budget(false)` (the default): a request without a budget, whose answer shows
+//! no trace, runs without a context, as if the layer were not in front of the handler; every
+//! other request keeps its context, and every request's hold is reported.
+//! `context_without_budget(true)` gives every request one.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -79,7 +80,7 @@ async fn without_a_budget_or_a_shown_trace_the_handler_runs_without_a_context() 
 }
 
 /// "As if the layer were not there" holds for a context set outside it too: a lean layer
-/// behind another one that keeps a context (here the outer layer's default) leaves the outer
+/// behind another one that keeps a context (`context_without_budget(true)`) leaves the outer
 /// context in place for the handler instead of hiding it.
 #[tokio::test]
 async fn without_its_own_context_the_layer_leaves_an_outer_one_in_place() {
@@ -92,7 +93,9 @@ async fn without_its_own_context_the_layer_leaves_an_outer_one_in_place() {
         };
         Ok::<_, Infallible>(Response::new(String::from(seen)))
     });
-    let outer = EnforceDeadlineLayer::new("gateway").trace_exposure(TraceExposure::Off);
+    let outer = EnforceDeadlineLayer::new("gateway")
+        .trace_exposure(TraceExposure::Off)
+        .context_without_budget(true);
     let service = outer.layer(lean.layer(handler));
     let response = service
         .oneshot(crate::get_with("/", &[]))
@@ -190,10 +193,18 @@ async fn a_request_without_a_context_is_refused_when_the_queue_is_full() {
     assert_eq!(outcomes, [HoldOutcome::Ok, HoldOutcome::Shed]);
 }
 
+/// The defaults (CONTRACT 21): no context, no trace for a request without a budget; a context,
+/// a deadline and the trace for one with a budget. `context_without_budget(true)` gives the
+/// first a context again.
 #[tokio::test]
-async fn by_default_a_request_without_a_budget_has_a_context() {
+async fn by_default_a_request_without_a_budget_has_no_context() {
+    let layer = EnforceDeadlineLayer::new("edge");
+    assert_eq!(seen(&layer, &[]).await, "none");
+    assert_eq!(seen(&layer, &[BUDGET]).await, "deadline +trace");
     for exposure in [TraceExposure::Budgeted, TraceExposure::Off] {
-        let layer = EnforceDeadlineLayer::new("edge").trace_exposure(exposure);
+        let layer = EnforceDeadlineLayer::new("edge")
+            .trace_exposure(exposure)
+            .context_without_budget(true);
         assert_eq!(seen(&layer, &[]).await, "no deadline");
     }
 }

@@ -175,8 +175,7 @@ struct Holds(Arc<Mutex<Vec<Hold>>>);
 impl Holds {
     fn layer(&self, name: &str) -> EnforceDeadlineLayer {
         let holds = self.clone();
-        EnforceDeadlineLayer::new(name)
-            .on_hold(move |hold| holds.0.lock().unwrap().push(hold.clone()))
+        crate::every_header(name).on_hold(move |hold| holds.0.lock().unwrap().push(hold.clone()))
     }
 
     fn take(&self) -> Vec<Hold> {
@@ -253,7 +252,7 @@ async fn absent_header_means_no_deadline_and_no_cut() {
 #[tokio::test(start_paused = true)]
 async fn budgets_in_range_set_the_deadline_at_arrival() {
     let mock = Mock::new();
-    let layer = EnforceDeadlineLayer::new("svc").reserve(Duration::ZERO);
+    let layer = crate::every_header("svc").reserve(Duration::ZERO);
     let service = layer.layer(mock.service());
     let cases: &[(&[u8], u64)] = &[
         (b"1", 1),
@@ -283,7 +282,7 @@ async fn budgets_in_range_set_the_deadline_at_arrival() {
 async fn max_budget_clamps() {
     let mock = Mock::new();
     let max = Budget::from_millis(5_000).unwrap();
-    let service = EnforceDeadlineLayer::new("svc")
+    let service = crate::every_header("svc")
         .max_budget(max)
         .layer(mock.service());
     let arrival = Instant::now();
@@ -362,7 +361,7 @@ async fn malformed_budgets_are_400_naming_the_header_and_the_value() {
 #[tokio::test(start_paused = true)]
 async fn several_values_must_all_be_valid_and_the_smallest_wins() {
     let mock = Mock::new();
-    let service = EnforceDeadlineLayer::new("svc").layer(mock.service());
+    let service = crate::every_header("svc").layer(mock.service());
     for lines in [&[&b"900, 300 ,600"[..]][..], &[b"900", b"300"]] {
         let arrival = Instant::now();
         let response = service
@@ -406,13 +405,13 @@ async fn grpc_timeout_is_read_only_when_asked_and_the_tightest_wins() {
             .insert("grpc-timeout", HeaderValue::from_static(grpc));
         request
     };
-    let plain = EnforceDeadlineLayer::new("svc").layer(mock.service());
+    let plain = crate::every_header("svc").layer(mock.service());
     let arrival = Instant::now();
     plain.oneshot(with_grpc("300m")).await.unwrap();
     let expected = Deadline::after_duration(arrival.into_std(), 900 * MS);
     assert_eq!(mock.last_deadline(), Some(expected), "ignored by default");
 
-    let grpc = EnforceDeadlineLayer::new("svc")
+    let grpc = crate::every_header("svc")
         .grpc_timeout(true)
         .layer(mock.service());
     grpc.clone().oneshot(with_grpc("300m")).await.unwrap();
@@ -426,7 +425,7 @@ async fn grpc_timeout_is_read_only_when_asked_and_the_tightest_wins() {
 #[tokio::test(start_paused = true)]
 async fn a_budget_within_the_reply_reserve_is_504_on_arrival() {
     let mock = Mock::new();
-    let service = EnforceDeadlineLayer::new("svc").layer(mock.service());
+    let service = crate::every_header("svc").layer(mock.service());
     let response = service
         .clone()
         .oneshot(request("/sleep/0", &[b"10"]))
@@ -454,7 +453,7 @@ async fn a_budget_within_the_reply_reserve_is_504_on_arrival() {
 async fn regression_absent_and_negative_are_never_confused_at_the_layer() {
     for budget in [&b"-1"[..], b"-20", b"-0", b"0", b"-99999999999999999999"] {
         let mock = Mock::new();
-        let service = EnforceDeadlineLayer::new("svc").layer(mock.service());
+        let service = crate::every_header("svc").layer(mock.service());
         let response = service
             .oneshot(request("/sleep/0", &[budget]))
             .await
@@ -463,7 +462,7 @@ async fn regression_absent_and_negative_are_never_confused_at_the_layer() {
         assert_eq!(mock.started(), 0, "{budget:?} must not run");
     }
     let mock = Mock::new();
-    let service = EnforceDeadlineLayer::new("svc").layer(mock.service());
+    let service = crate::every_header("svc").layer(mock.service());
     let response = service.oneshot(request("/sleep/0", &[])).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(mock.started(), 1);
@@ -544,7 +543,7 @@ async fn the_work_wins_a_tie_with_the_cutoff() {
 #[tokio::test(start_paused = true)]
 async fn a_cut_while_calling_says_so_and_keeps_the_calls_span() {
     let mock = Mock::new();
-    let service = EnforceDeadlineLayer::new("orders").layer(mock.service());
+    let service = crate::every_header("orders").layer(mock.service());
     let response = service
         .oneshot(request("/calling", &[b"300"]))
         .await
@@ -566,7 +565,7 @@ async fn a_cut_while_calling_says_so_and_keeps_the_calls_span() {
 #[tokio::test(start_paused = true)]
 async fn a_request_first_polled_after_its_cutoff_never_starts() {
     let mock = Mock::new();
-    let mut service = EnforceDeadlineLayer::new("svc").layer(mock.service());
+    let mut service = crate::every_header("svc").layer(mock.service());
     // `call` notes the arrival; the future is first polled 90 ms later, at its cutoff.
     let mut response = Box::pin(service.call(request("/sleep/0", &[b"100"])));
     advance(90 * MS).await;
@@ -593,7 +592,7 @@ async fn inner_readiness_is_bounded_by_the_cutoff() {
         }
     }
     let t0 = Instant::now();
-    let service = EnforceDeadlineLayer::new("svc").layer(Stuck);
+    let service = crate::every_header("svc").layer(Stuck);
     let response = service.oneshot(request("/", &[b"100"])).await.unwrap();
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(Instant::now() - t0, 90 * MS);
@@ -644,9 +643,7 @@ async fn the_queue_is_left_at_the_cutoff_and_the_trace_shows_the_wait() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_that_left_the_queue_does_not_block_later_ones() {
     let mock = Mock::new();
-    let service = EnforceDeadlineLayer::new("svc")
-        .slots(1)
-        .layer(mock.service());
+    let service = crate::every_header("svc").slots(1).layer(mock.service());
     let t0 = Instant::now();
     let first = tokio::spawn(service.clone().oneshot(request("/gate", &[])));
     tokio::task::yield_now().await;
@@ -731,7 +728,7 @@ async fn a_slot_freed_exactly_at_the_cutoff_is_too_late() {
 #[tokio::test(start_paused = true)]
 async fn the_trace_carries_the_handlers_spans_and_dropped_count() {
     let mock = Mock::new();
-    let service = EnforceDeadlineLayer::new("gateway").layer(mock.service());
+    let service = crate::every_header("gateway").layer(mock.service());
     let response = service.oneshot(request("/spans", &[b"600"])).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(

@@ -1,5 +1,6 @@
-//! Trace exposure at the enforce layer: which answers carry this hop's `Deadline-Trace` and
-//! `Server-Timing`, for the handler's answers and the layer's own (400, 504).
+//! Trace exposure at the enforce layer: which answers carry this hop's `Deadline-Trace` (and,
+//! where it is on, `Server-Timing`, which the exposure does not govern), for the handler's
+//! answers and the layer's own (400, 504).
 
 use std::convert::Infallible;
 
@@ -45,18 +46,53 @@ const SPENT: (&str, &str) = ("deadline-budget-ms", "0");
 const MALFORMED: (&str, &str) = ("deadline-budget-ms", "junk");
 const INTERNAL: (&str, &str) = ("x-internal-caller", "1");
 
+/// The defaults (CONTRACT 21) are `Budgeted`: the trace on answers to requests that carried a
+/// budget, in any dialect and whatever became of it (spent, malformed), never on others, a
+/// relayed one removed; no `Server-Timing`.
 #[tokio::test]
-async fn every_answer_carries_the_trace_by_default() {
-    let layer = EnforceDeadlineLayer::new("edge");
-    assert_eq!(answer(&layer, "/", &[]).await, (StatusCode::OK, true, true));
-    assert_eq!(
-        answer(&layer, "/", &[SPENT]).await,
-        (StatusCode::GATEWAY_TIMEOUT, true, true)
-    );
+async fn by_default_and_budgeted_the_trace_goes_to_budgeted_callers_and_server_timing_to_nobody() {
+    let default = EnforceDeadlineLayer::new("edge");
+    let budgeted = EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::Budgeted);
+    for layer in [default, budgeted] {
+        for (path, headers, expected) in [
+            ("/", &[][..], (StatusCode::OK, false, false)),
+            ("/relay", &[], (StatusCode::OK, false, false)),
+            ("/", &[BUDGET], (StatusCode::OK, true, false)),
+            ("/", &[SPENT], (StatusCode::GATEWAY_TIMEOUT, true, false)),
+            ("/", &[MALFORMED], (StatusCode::BAD_REQUEST, true, false)),
+        ] {
+            assert_eq!(
+                answer(&layer, path, headers).await,
+                expected,
+                "{path} {headers:?}"
+            );
+        }
+        // Another dialect the layer reads counts as a budget too.
+        let grpc = layer.grpc_timeout(true);
+        assert_eq!(
+            answer(&grpc, "/", &[("grpc-timeout", "1S")]).await,
+            (StatusCode::OK, true, false)
+        );
+    }
 }
 
 #[tokio::test]
-async fn off_sends_no_trace_and_no_timing_and_removes_a_relayed_trace() {
+async fn always_puts_the_trace_on_every_answer() {
+    let layer = EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::Always);
+    assert_eq!(
+        answer(&layer, "/", &[]).await,
+        (StatusCode::OK, true, false)
+    );
+    assert_eq!(
+        answer(&layer, "/", &[SPENT]).await,
+        (StatusCode::GATEWAY_TIMEOUT, true, false)
+    );
+    let both = layer.server_timing(true);
+    assert_eq!(answer(&both, "/", &[]).await, (StatusCode::OK, true, true));
+}
+
+#[tokio::test]
+async fn off_sends_no_trace_and_removes_a_relayed_trace() {
     let layer = EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::Off);
     for headers in [&[][..], &[BUDGET], &[INTERNAL]] {
         assert_eq!(
@@ -79,31 +115,6 @@ async fn off_sends_no_trace_and_no_timing_and_removes_a_relayed_trace() {
 }
 
 #[tokio::test]
-async fn budgeted_shows_the_trace_only_to_callers_that_sent_a_budget() {
-    let layer = EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::Budgeted);
-    assert_eq!(
-        answer(&layer, "/", &[]).await,
-        (StatusCode::OK, false, false)
-    );
-    assert_eq!(
-        answer(&layer, "/relay", &[]).await,
-        (StatusCode::OK, false, false)
-    );
-    assert_eq!(
-        answer(&layer, "/", &[BUDGET]).await,
-        (StatusCode::OK, true, true)
-    );
-    assert_eq!(
-        answer(&layer, "/", &[SPENT]).await,
-        (StatusCode::GATEWAY_TIMEOUT, true, true)
-    );
-    assert_eq!(
-        answer(&layer, "/", &[MALFORMED]).await,
-        (StatusCode::BAD_REQUEST, true, true)
-    );
-}
-
-#[tokio::test]
 async fn trusted_asks_the_applications_predicate() {
     let layer =
         EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::trusted(|headers, _| {
@@ -115,21 +126,43 @@ async fn trusted_asks_the_applications_predicate() {
     );
     assert_eq!(
         answer(&layer, "/", &[INTERNAL]).await,
-        (StatusCode::OK, true, true)
+        (StatusCode::OK, true, false)
     );
     assert_eq!(
         answer(&layer, "/", &[INTERNAL, SPENT]).await,
-        (StatusCode::GATEWAY_TIMEOUT, true, true)
+        (StatusCode::GATEWAY_TIMEOUT, true, false)
     );
 }
 
+/// `Server-Timing` is the application's own switch: on, it goes on every answer (a browser
+/// sends no budget), whoever the trace is shown to, the layer's own answers included.
 #[tokio::test]
-async fn server_timing_off_still_sends_the_trace_to_whom_it_is_exposed() {
-    let layer = EnforceDeadlineLayer::new("edge")
-        .server_timing(false)
-        .trace_exposure(TraceExposure::Budgeted);
-    assert_eq!(
-        answer(&layer, "/", &[BUDGET]).await,
-        (StatusCode::OK, true, false)
-    );
+async fn server_timing_on_goes_on_every_answer_whatever_the_exposure() {
+    for exposure in [
+        TraceExposure::Budgeted,
+        TraceExposure::Off,
+        TraceExposure::Always,
+    ] {
+        let shown = !matches!(exposure, TraceExposure::Off);
+        let always = matches!(exposure, TraceExposure::Always);
+        let layer = EnforceDeadlineLayer::new("edge")
+            .server_timing(true)
+            .trace_exposure(exposure);
+        assert_eq!(
+            answer(&layer, "/", &[]).await,
+            (StatusCode::OK, always, true)
+        );
+        assert_eq!(
+            answer(&layer, "/", &[BUDGET]).await,
+            (StatusCode::OK, shown, true)
+        );
+        assert_eq!(
+            answer(&layer, "/", &[SPENT]).await,
+            (StatusCode::GATEWAY_TIMEOUT, shown, true)
+        );
+        assert_eq!(
+            answer(&layer, "/", &[MALFORMED]).await,
+            (StatusCode::BAD_REQUEST, shown, true)
+        );
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadline::BUDGET_HEADER;
 use deadline::trace::TRACE_HEADER;
-use deadline_http::{EnforceDeadlineLayer, Hold, HoldOutcome, serve_connection};
+use deadline_http::{Hold, HoldOutcome, serve_connection};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -28,7 +28,7 @@ async fn connect(holds: Arc<Mutex<Vec<Hold>>>) -> (SendRequest<Empty<Bytes>>, Jo
         tokio::time::sleep(Duration::from_secs(5)).await;
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
     });
-    let service = EnforceDeadlineLayer::new("inventory")
+    let service = crate::every_header("inventory")
         .on_hold(move |hold| holds.lock().unwrap().push(hold.clone()))
         .layer(handler);
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadline::BUDGET_HEADER;
 use deadline::trace::{TRACE_HEADER, Trace};
-use deadline_http::{EnforceDeadlineLayer, Hold, HoldOutcome, serve};
+use deadline_http::{Hold, HoldOutcome, serve};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -51,7 +51,7 @@ impl Server {
                 Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
             }
         });
-        let service = EnforceDeadlineLayer::new("inventory")
+        let service = crate::every_header("inventory")
             .slots(1)
             .on_hold(move |hold| {
                 let _ = hold_tx.send(hold.clone());

@@ -132,7 +132,7 @@ fn names(metrics: &[(String, f64)]) -> Vec<&str> {
 
 #[tokio::test]
 async fn a_success_shows_queue_work_and_budget() {
-    let server = start(EnforceDeadlineLayer::new("inventory")).await;
+    let server = start(crate::every_header("inventory")).await;
     let (status, metrics) = get(server.addr, "/work/100", Some("2000")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(names(&metrics), ["queue", "work", "budget"]);
@@ -145,7 +145,7 @@ async fn a_success_shows_queue_work_and_budget() {
 
 #[tokio::test]
 async fn no_budget_no_budget_metric() {
-    let server = start(EnforceDeadlineLayer::new("inventory")).await;
+    let server = start(crate::every_header("inventory")).await;
     let (status, metrics) = get(server.addr, "/work/20", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(names(&metrics), ["queue", "work"]);
@@ -155,7 +155,7 @@ async fn no_budget_no_budget_metric() {
 
 #[tokio::test]
 async fn a_cut_at_the_deadline_shows_the_work_until_the_cutoff() {
-    let server = start(EnforceDeadlineLayer::new("inventory")).await;
+    let server = start(crate::every_header("inventory")).await;
     let (status, metrics) = get(server.addr, "/work/2000", Some("200")).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(names(&metrics), ["queue", "work", "budget"]);
@@ -168,7 +168,7 @@ async fn a_cut_at_the_deadline_shows_the_work_until_the_cutoff() {
 
 #[tokio::test]
 async fn a_give_up_in_the_queue_shows_the_time_queued_and_no_work() {
-    let server = start(EnforceDeadlineLayer::new("inventory").slots(1)).await;
+    let server = start(crate::every_header("inventory").slots(1)).await;
     let addr = server.addr;
     let busy = tokio::spawn(async move { get(addr, "/work/1500", None).await });
     // The first request holds the only slot once its work has started.
@@ -186,7 +186,7 @@ async fn a_give_up_in_the_queue_shows_the_time_queued_and_no_work() {
 
 #[tokio::test]
 async fn a_spent_budget_shows_a_zero_budget() {
-    let server = start(EnforceDeadlineLayer::new("inventory")).await;
+    let server = start(crate::every_header("inventory")).await;
     let (status, metrics) = get(server.addr, "/work/0", Some("-20")).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(
@@ -202,7 +202,7 @@ async fn a_spent_budget_shows_a_zero_budget() {
 
 #[tokio::test]
 async fn a_malformed_budget_shows_no_budget() {
-    let server = start(EnforceDeadlineLayer::new("inventory")).await;
+    let server = start(crate::every_header("inventory")).await;
     let (status, metrics) = get(server.addr, "/work/0", Some("1.5")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
@@ -214,7 +214,7 @@ async fn a_malformed_budget_shows_no_budget() {
 
 #[tokio::test]
 async fn whatever_the_work_answers_carries_it() {
-    let server = start(EnforceDeadlineLayer::new("inventory")).await;
+    let server = start(crate::every_header("inventory")).await;
     let (status, metrics) = get(server.addr, "/unavailable", Some("500")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(names(&metrics), ["queue", "work", "budget"]);
@@ -223,7 +223,7 @@ async fn whatever_the_work_answers_carries_it() {
 
 #[tokio::test]
 async fn the_work_s_own_server_timing_is_kept() {
-    let server = start(EnforceDeadlineLayer::new("inventory")).await;
+    let server = start(crate::every_header("inventory")).await;
     let (status, metrics) = get(server.addr, "/own", Some("500")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(names(&metrics), ["db", "queue", "work", "budget"]);
@@ -233,7 +233,7 @@ async fn the_work_s_own_server_timing_is_kept() {
 
 #[tokio::test]
 async fn turned_off_there_is_none() {
-    let server = start(EnforceDeadlineLayer::new("inventory").server_timing(false)).await;
+    let server = start(crate::every_header("inventory").server_timing(false)).await;
     for (path, budget, expected) in [
         ("/work/0", Some("500"), StatusCode::OK),
         ("/work/0", Some("x"), StatusCode::BAD_REQUEST),

@@ -16,7 +16,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use deadline::BUDGET_HEADER;
 use deadline_http::enforce::Phase;
 use deadline_http::metrics::{DeadlineMetrics, Registry, encode};
-use deadline_http::{EnforceDeadlineLayer, Hold, HoldOutcome, serve_connection};
+use deadline_http::{Hold, HoldOutcome, serve_connection};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Empty, Full};
@@ -148,7 +148,7 @@ impl Stream {
             }
         });
         let seen = Arc::clone(&holds);
-        let service = EnforceDeadlineLayer::new("inventory")
+        let service = crate::every_header("inventory")
             .record_metrics(&metrics)
             .on_hold(move |hold| seen.lock().unwrap().push(hold.clone()))
             .layer(handler);
@@ -483,7 +483,7 @@ async fn an_upload_still_arriving_at_the_cutoff_ends_the_request() {
         });
         let holds: Holds = Arc::default();
         let seen = Arc::clone(&holds);
-        let service = EnforceDeadlineLayer::new("inventory")
+        let service = crate::every_header("inventory")
             .on_hold(move |hold| seen.lock().unwrap().push(hold.clone()))
             .layer(handler);
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use deadline::trace::hops::{Budget, hops};
 use deadline::trace::{Span, TRACE_HEADER, Trace};
 use deadline::{BUDGET_HEADER, CallPolicy};
-use deadline_http::{DeadlineClient, EnforceDeadlineLayer, serve};
+use deadline_http::{DeadlineClient, serve};
 use http::{Request, Response, StatusCode};
 use http_body_util::{Empty, Full};
 use hyper::body::Incoming;
@@ -36,7 +36,7 @@ async fn inventory() -> (SocketAddr, mpsc::UnboundedReceiver<u64>) {
             Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"7 left"))))
         }
     });
-    let service = EnforceDeadlineLayer::new("inventory").layer(handler);
+    let service = crate::every_header("inventory").layer(handler);
     let (listener, addr) = listener().await;
     tokio::spawn(serve(listener, service, std::future::pending::<()>()));
     (addr, seen)
@@ -59,7 +59,7 @@ async fn gateway(inventory: SocketAddr) -> SocketAddr {
             Ok::<_, Infallible>(response)
         }
     });
-    let service = EnforceDeadlineLayer::new("gateway").layer(handler);
+    let service = crate::every_header("gateway").layer(handler);
     let (listener, addr) = listener().await;
     tokio::spawn(serve(listener, service, std::future::pending::<()>()));
     addr

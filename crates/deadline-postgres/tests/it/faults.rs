@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-use crate::support::{Watcher, context, marker, outcomes, pool, url};
+use crate::support::{Watcher, context, limit_seen, marker, outcomes, pool, url};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -506,4 +506,63 @@ async fn a_pool_exhausted_by_a_slow_statement_makes_waiters_give_up_at_their_dea
         watcher.gone_within(&mark, ms(1_000)).await.is_some(),
         "the slow statement outlived the test"
     );
+}
+
+/// Rule (what each request pays): a connection keeps the limit a statement under a deadline
+/// gave it, rounded up, and the next statements reuse it without a `SET` when it runs at most
+/// max(10 %, 20 ms) past their own. With the client's cancel made impossible (the relay holds
+/// every new connection, so the cancel request never arrives), the server's limit alone must
+/// stop a statement that reuses it, no later than its deadline plus that slack.
+///
+/// A first request (1,000 ms) sets the connection's limit; the second (980 ms, its own limit
+/// about 930 ms) finds it within the slack and sends no `SET`; its `pg_sleep(30)` is stopped
+/// by the server by 980 + 98 ms. Were no limit on the connection (or one rounded up past the
+/// slack), the sleep would run on and the bound fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_its_cancel_lost_a_statement_under_a_reused_limit_stops_by_its_deadline_and_the_slack()
+{
+    let watcher = Watcher::new().await;
+    let app = marker("reused_app");
+    let name = app.clone();
+    cleaning_up(&app, async move {
+        let relay = Relay::start().await;
+        let pool = relay.pool(&name);
+        let conn = pool.get().await.expect("a connection through the relay");
+
+        // The first request leaves its limit on the connection.
+        let set = limit_seen(&context(1_000), &conn).await;
+        assert!((900..=1_000).contains(&set), "the first limit: {set} ms");
+        relay.lose_new_connections();
+
+        // The second, 20 ms shorter, reuses it: the same value, no SET.
+        let budget = 980;
+        let ctx = context(budget);
+        let deadline = Instant::now() + ms(budget);
+        assert_eq!(
+            limit_seen(&ctx, &conn).await,
+            set,
+            "the limit was not reused"
+        );
+        let mark = marker("reused");
+        let sql = format!("SELECT pg_sleep(30) /* {mark} */");
+        let err = ctx
+            .clone()
+            .scope(conn.query(sql.as_str(), &[]))
+            .await
+            .expect_err("stopped");
+        assert!(err.is_deadline(), "{err}");
+
+        let slack = ms((budget / 10).max(20));
+        let gone = watcher.gone_within(&mark, ms(3_000)).await;
+        let stopped = Instant::now();
+        assert!(
+            gone.is_some() && stopped <= deadline + slack,
+            "with its cancel lost, the statement ran until {:?} past its deadline (at most \
+             {slack:?}): gone {gone:?}",
+            stopped.saturating_duration_since(deadline)
+        );
+        assert!(relay.blackholed() > 0, "the cancel request was not lost");
+        drop(conn);
+    })
+    .await;
 }

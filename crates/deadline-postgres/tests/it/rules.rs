@@ -7,7 +7,7 @@ use deadline_postgres::{ConnectError, DeadlinePool, Error};
 use tokio::time::Instant;
 use tokio_postgres::NoTls;
 
-use crate::support::{Watcher, context, marker, outcomes, pool, setting_ms};
+use crate::support::{Watcher, context, limit_seen, marker, outcomes, pool, setting_ms};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -77,7 +77,8 @@ async fn a_statement_is_not_sent_without_time_for_it() {
 }
 
 /// Rule: a statement under a deadline runs with `statement_timeout` at most what is left less
-/// the margin, the server stops it there, and the next user of the pooled connection (outside
+/// the margin, rounded up by at most max(10 %, 20 ms) so that later statements reuse it; the
+/// statement is stopped at its deadline; and the next user of the pooled connection (outside
 /// any deadline) runs with the server's default, inside a transaction or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statement_timeout_is_applied_and_not_leaked() {
@@ -93,23 +94,22 @@ async fn statement_timeout_is_applied_and_not_leaked() {
     let ctx = context(800);
     let start = Instant::now();
     let conn = pool.get().await.unwrap();
-    let seen: String = ctx
-        .clone()
-        .scope(conn.query_one("SELECT current_setting('statement_timeout')", &[]))
-        .await
-        .unwrap()
-        .get(0);
-    let limit = setting_ms(&seen);
+    let limit = limit_seen(&ctx, &conn).await;
     let left =
         800 - u64::try_from(Instant::now().saturating_duration_since(start).as_millis()).unwrap();
+    // What was left less the 50 ms margin is at most 750 ms; rounded up by half the slack
+    // (max(10 %, 20 ms)): at most 787 ms.
     assert!(
-        (500..=750).contains(&limit),
-        "statement_timeout {seen} with {left} ms left"
+        (500..=787).contains(&limit),
+        "statement_timeout {limit} ms with {left} ms left"
     );
     assert_eq!(outcomes(&ctx, "query"), ["ok"]);
     drop(conn);
 
-    // The server stops a statement that would outlast the deadline.
+    // A statement that would outlast the deadline is stopped there: by the client's cancel,
+    // whose timer is the statement's own limit (550 ms and half the margin), or by the
+    // server's limit (550 ms rounded up to 577), whichever comes first; with the cancel lost,
+    // the server's (`faults::with_its_cancel_lost_a_statement_under_a_reused_limit_stops_by_its_deadline_and_the_slack`).
     let ctx = context(600);
     let conn = pool.get().await.unwrap();
     let start = Instant::now();
@@ -120,16 +120,7 @@ async fn statement_timeout_is_applied_and_not_leaked() {
         .expect_err("stopped at the deadline");
     let took = Instant::now().saturating_duration_since(start);
     assert!(err.is_deadline(), "{err}");
-    assert!(
-        matches!(
-            err,
-            Error::Deadline {
-                server: Some(_),
-                ..
-            }
-        ),
-        "the server's own limit stopped it: {err}"
-    );
+    assert!(matches!(err, Error::Deadline { .. }), "{err}");
     assert!(took < ms(600), "stopped after {took:?}");
     drop(conn);
 

@@ -151,3 +151,15 @@ pub(crate) fn setting_ms(text: &str) -> u64 {
         unit => panic!("unit {unit:?} in {text:?}"),
     }
 }
+
+/// The `statement_timeout`, in ms, that a statement on `conn` under `ctx` runs with (as the
+/// statement itself reads it: what the crate set or reused for it).
+pub(crate) async fn limit_seen(ctx: &DeadlineContext, conn: &deadline_postgres::Connection) -> u64 {
+    let seen: String = ctx
+        .clone()
+        .scope(conn.query_one("SELECT current_setting('statement_timeout')", &[]))
+        .await
+        .expect("current_setting can be read")
+        .get(0);
+    setting_ms(&seen)
+}
