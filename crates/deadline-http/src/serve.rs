@@ -43,7 +43,9 @@
 //!   connection limit it bounds what clients can hold open at once: 102,400 streams at the
 //!   defaults, each of which costs the service's own answer state.
 //! - **Accept errors back off** (100 ms) and are logged at most once a second, with the count
-//!   of errors the line stands for.
+//!   of errors the line stands for. So are HTTP/2 connections closed for breaking the
+//!   protocol's rules (a rapid-reset flood, say: h2 sends `GOAWAY` and logs a warning per
+//!   connection of its own, which `deadline service` filters out for this line).
 //! - **Hang-up detection stays on.** `half_close` is left off, so when a client closes its
 //!   connection hyper drops the request's future, and the enforce layer stops the work (see
 //!   [`enforce`](crate::enforce#caller-hang-up-what-is-detected)).
@@ -480,6 +482,7 @@ where
     };
     let accept_errors = LogLimit::new(Duration::from_secs(1));
     let refusals = LogLimit::new(Duration::from_secs(1));
+    let broken = Arc::new(LogLimit::new(Duration::from_secs(1)));
     let mut shutdown = pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -550,6 +553,7 @@ where
                 registry: registry.clone(),
                 limits,
                 peer,
+                broken: broken.clone(),
             };
             tokio::spawn(tls_conn.run(handshake, service, shared));
             continue;
@@ -567,12 +571,13 @@ where
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
             .into_owned();
         let registry = registry.clone();
+        let broken = broken.clone();
         tokio::spawn(async move {
             let graceful =
                 |connection: Pin<&mut _>| auto::Connection::graceful_shutdown(connection);
             let ended = conn::drive(connection, graceful, shared, registry, limits).await;
             if let Err(error) = ended {
-                tracing::debug!(%peer, %error, "connection ended with an error");
+                log_ended(peer, &*error, &broken);
             }
         });
     }
@@ -602,6 +607,7 @@ struct TlsConn {
     registry: Arc<Registry>,
     limits: ConnLimits,
     peer: std::net::SocketAddr,
+    broken: Arc<LogLimit>,
 }
 
 #[cfg(feature = "tls")]
@@ -625,6 +631,7 @@ impl TlsConn {
             registry,
             limits,
             peer,
+            broken,
         } = self;
         let stream = match conn::handshake(handshake, &shared, &registry, handshake_timeout).await {
             Ok(stream) => stream,
@@ -645,9 +652,39 @@ impl TlsConn {
         let graceful = |connection: Pin<&mut _>| auto::Connection::graceful_shutdown(connection);
         let ended = conn::drive(connection, graceful, shared, registry, limits).await;
         if let Err(error) = ended {
-            tracing::debug!(%peer, %error, "connection ended with an error");
+            log_ended(peer, &*error, &broken);
         }
     }
+}
+
+/// Logs how a connection ended with an error: at debug level, except an HTTP/2 connection the
+/// server sent `GOAWAY` for an error of the peer's (a rapid-reset flood, a protocol error),
+/// which is a warning at most once a second with the count of such connections.
+fn log_ended(
+    peer: std::net::SocketAddr,
+    error: &(dyn std::error::Error + 'static),
+    broken: &LogLimit,
+) {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && h2.is_go_away()
+            && !h2.is_remote()
+        {
+            if let Some(closed) = broken.hit() {
+                tracing::warn!(
+                    %peer,
+                    reason = ?h2.reason(),
+                    closed,
+                    "HTTP/2 connection closed: the peer broke the protocol's rules (a reset \
+                     flood, say); closed: how many since the last such line"
+                );
+            }
+            return;
+        }
+        source = e.source();
+    }
+    tracing::debug!(%peer, %error, "connection ended with an error");
 }
 
 /// Serves `service` over HTTP/1.1 or h2c on one connection, with the same settings as [`serve`]
