@@ -543,8 +543,7 @@ def stuck_streams_memory(binary, limited):
     """Many HTTP/2 connections, each opening as many streams as it can with a window of zero
     (no answer can be written), with the default flags: the service's peak RSS must stay under
     150 MB (the default caps on connections and on streams per connection bound it)."""
-    conns, streams = (100, 200) if SHORT else (400, 200)
-    limit_mb = 150 * conns / 400 if SHORT else 150
+    conns, streams, limit_mb = 400, 200, 150
     open_fds_limit(conns + 100)
     svc = Service(binary, [])
     rss_before = svc.status("VmRSS") / 1024
