@@ -616,6 +616,43 @@ def rapid_reset(binary, limited):
     return report("rapid_reset", figures, problems)
 
 
+def admin_flood(binary, limited):
+    """More connections to the admin address (--admin-listen) than the service's file limit,
+    each holding a request head open; then 40 new clients of the public port: each must be
+    served (the admin address has a connection budget of its own)."""
+    nofile, count = 256, 400
+    open_fds_limit(count + 200)
+    svc = Service(binary, ["--admin-listen", "127.0.0.1:0"], nofile=nofile,
+                  stderr_file=tempfile.TemporaryFile())
+    line = svc.proc.stdout.readline().decode()
+    host, port = line.strip().split("://")[1].split(":")
+    admin = (host, int(port))
+    flood = []
+    for _ in range(count):
+        try:
+            s = socket.create_connection(admin, timeout=0.5)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nx-slow: ")
+            flood.append(s)
+        except OSError:
+            pass
+    time.sleep(1)
+    served = sum(1 for _ in range(40) if probe(svc.addr, False, 2.0)[0] == 200)
+    peak = svc.peak_rss_mb()
+    for s in flood:
+        s.close()
+    svc.stop()
+    figures = {
+        "admin_flood": len(flood),
+        "fd_limit": nofile,
+        "public_clients_served": f"{served}/40",
+        "peak_rss_mb": peak,
+    }
+    problems = []
+    if served < 40:
+        problems.append(f"only {served} of 40 public clients served")
+    return report("admin_flood", figures, problems)
+
+
 ATTACKS = {
     "preface_flood": preface_flood,
     "zero_window": zero_window,
@@ -624,6 +661,7 @@ ATTACKS = {
     "stuck_lockout_tls": stuck_lockout_tls,
     "stuck_streams_memory": stuck_streams_memory,
     "rapid_reset": rapid_reset,
+    "admin_flood": admin_flood,
 }
 
 

@@ -18,7 +18,9 @@
 #   stuck_streams_memory  400 connections x 200 zero-window streams, default flags: peak RSS
 #                  under 150 MB;
 #   rapid_reset    connections opening and resetting streams for 10 s (3 s short): at most
-#                  20 lines of log.
+#                  20 lines of log;
+#   admin_flood    400 connections holding request heads open on --admin-listen under
+#                  `ulimit -n 256`: 40 new public clients all served.
 #
 # Usage: scripts/attack.sh [--short] [--no-assert] [ATTACK...]
 #   --short      the CI form (smaller floods, shorter watches, about 50 s in all);

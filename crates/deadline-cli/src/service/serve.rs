@@ -143,13 +143,17 @@ fn serve_admin(
     let shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
+    // A budget of its own: a flood of the admin address cannot take the public port's files.
+    let options = serve_options(args).max_connections(Some(ADMIN_MAX_CONNECTIONS));
     tokio::spawn(deadline_http::serve::serve_with(
-        listener,
-        service,
-        shutdown,
-        serve_options(args),
+        listener, service, shutdown, options,
     ))
 }
+
+/// Connections the admin address (`--admin-listen`) may have open at once: enough for a
+/// scraper and an operator; beyond it the one that has given nothing for the longest makes
+/// room, as on the public port.
+const ADMIN_MAX_CONNECTIONS: usize = 16;
 
 /// The connection limits of `serve`, from the flags.
 pub(super) fn serve_options(args: &ServiceArgs) -> ServeOptions {
@@ -182,7 +186,8 @@ fn serve_limits(args: &ServiceArgs) -> ServeOptions {
 }
 
 /// Files the service keeps for itself beyond its public connections: its listeners, log,
-/// downstream connections, the admin address's connections and the database's.
+/// downstream connections, the admin address's connections ([`ADMIN_MAX_CONNECTIONS`]) and
+/// the database's.
 const FILES_KEPT: u64 = 64;
 
 /// The connection limit without `--max-connections`: the library's default (1,024), or less
