@@ -23,7 +23,7 @@
 #                  `ulimit -n 256`: 40 new public clients all served.
 #
 # Usage: scripts/attack.sh [--short] [--no-assert] [ATTACK...]
-#   --short      the CI form (smaller floods, shorter watches, about 50 s in all);
+#   --short      the CI form (smaller floods, shorter watches, about a minute in all);
 #   --no-assert  figures only (for a binary without the limit flags: the "before" column of
 #                docs/limits.md).
 # DEADLINE_BIN: a built binary (default target/release/deadline, built if missing). Installs

@@ -62,7 +62,8 @@ pub(crate) struct ServiceArgs {
     #[arg(long)]
     pub slots: Option<usize>,
     /// At most this many requests wait for a worker slot: beyond it a request is refused at
-    /// once with 503 (gRPC UNAVAILABLE), with a budget or without. Needs `--slots`.
+    /// once with 503 (gRPC UNAVAILABLE), with a budget or without. Needs `--slots` [default
+    /// with --slots: 1024].
     #[arg(long)]
     pub max_queue: Option<usize>,
     /// Order of the worker-slot queue: `fifo` (arrival order) or `edf` (earliest deadline first,
