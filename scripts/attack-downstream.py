@@ -124,32 +124,12 @@ def tiny_chunks(size):
     return handler
 
 
-def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
 def growth(binary, name, handler, extra, expect, max_growth_mb):
     """One call through a hop to `handler`: the caller's status and the hop's peak RSS growth
     over its peak just before the call, after a first call to /warm (an
     empty body) has grown what any first call grows (threads, buffers: about 2.5 MB)."""
-    down = listen()
-    serve(down, handler)
-    url = "http://127.0.0.1:%d" % down.getsockname()[1]
-    proc, addr = start_service(binary, ["--downstream", url] + extra)
-    try:
-        for _ in range(4):
-            call(addr, "/warm")
-        before = peak_rss_mb(proc.pid)
-        status, body_len, elapsed = call(addr)
-        grew = peak_rss_mb(proc.pid) - before
-    finally:
-        proc.kill()
-        proc.wait()
-        down.close()
+    status, body_len, elapsed, before, peak = through_hop(binary, handler, extra, warm=4)
+    grew = peak - before
     shown = "gave up" if status is None else str(status)
     print(f"{name:<14} caller: {shown:<8} after {elapsed:6.2f} s, body {body_len:>10} bytes, "
           f"hop peak RSS growth {grew:7.1f} MB")
@@ -209,18 +189,27 @@ def call(addr, path="/", patience=CALLER_PATIENCE):
     return status, body_len, elapsed
 
 
-def one_shot(binary, name, handler, extra, expect, max_seconds, max_rss_mb):
+def through_hop(binary, handler, extra, warm=0):
+    """One call through a fresh hop to a downstream `handler`, after `warm` calls to /warm:
+    (status, body bytes, seconds, the hop's peak RSS before the call and after it, MB)."""
     down = listen()
     serve(down, handler)
     url = "http://127.0.0.1:%d" % down.getsockname()[1]
     proc, addr = start_service(binary, ["--downstream", url] + extra)
     try:
+        for _ in range(warm):
+            call(addr, "/warm")
+        before = peak_rss_mb(proc.pid)
         status, body_len, elapsed = call(addr)
-        rss = peak_rss_mb(proc.pid)
+        return status, body_len, elapsed, before, peak_rss_mb(proc.pid)
     finally:
         proc.kill()
         proc.wait()
         down.close()
+
+
+def one_shot(binary, name, handler, extra, expect, max_seconds, max_rss_mb):
+    status, body_len, elapsed, _, rss = through_hop(binary, handler, extra)
     shown = "gave up" if status is None else str(status)
     print(f"{name:<14} caller: {shown:<8} after {elapsed:6.2f} s, body {body_len:>10} bytes, "
           f"hop peak RSS {rss:7.1f} MB")
