@@ -14,6 +14,9 @@ listens on 127.0.0.1.
   truncated     Content-Length: 100, 10 bytes, then the connection closed
   wedged-h2     an h2c downstream behind a proxy that freezes the first connection after 1 s;
                 the caller sends 5 calls a second for the watched time
+  tiny-chunks   a 200 whose chunked body is 1.6 MB sent as 1-byte chunks, under the default
+                4 MiB --max-body: the hop's peak RSS may grow by less than 10 MB; and with
+                --max-body 65536 it must fail with 502 before 1 MB of growth
 
 Usage: attack-downstream.py DEADLINE_BIN [--size MB] [--watch S] [--check]
 """
@@ -106,6 +109,38 @@ def truncated(conn):
     conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")
 
 
+def tiny_chunks(size):
+    # Each byte its own chunk: "1\r\nx\r\n", in writes of 64 KB of framing.
+    framed = b"1\r\nx\r\n" * 10922
+
+    def handler(conn):
+        while (head := read_head(conn)) is not None:
+            conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            # /warm: an empty body, for the hop's first call (its threads and buffers).
+            for _ in range(0 if head.startswith(b"GET /warm") else size // 10922):
+                conn.sendall(framed)
+            conn.sendall(b"0\r\n\r\n")
+
+    return handler
+
+
+def growth(binary, name, handler, extra, expect, max_growth_mb):
+    """One call through a hop to `handler`: the caller's status and the hop's peak RSS growth
+    over its peak just before the call, after a first call to /warm (an
+    empty body) has grown what any first call grows (threads, buffers: about 2.5 MB)."""
+    status, body_len, elapsed, before, peak = through_hop(binary, handler, extra, warm=4)
+    grew = peak - before
+    shown = "gave up" if status is None else str(status)
+    print(f"{name:<14} caller: {shown:<8} after {elapsed:6.2f} s, body {body_len:>10} bytes, "
+          f"hop peak RSS growth {grew:7.1f} MB")
+    failures = []
+    if status != expect:
+        failures.append(f"{name}: status {shown}, expected {expect}")
+    if grew > max_growth_mb:
+        failures.append(f"{name}: peak RSS grew {grew:.1f} MB, expected under {max_growth_mb} MB")
+    return failures
+
+
 def start_service(binary, args):
     # --exit-on-stdin-close: the service goes when this script does, however it ends.
     proc = subprocess.Popen([binary, "service", "--name", "gateway", "--exit-on-stdin-close"] + args,
@@ -154,18 +189,27 @@ def call(addr, path="/", patience=CALLER_PATIENCE):
     return status, body_len, elapsed
 
 
-def one_shot(binary, name, handler, extra, expect, max_seconds, max_rss_mb):
+def through_hop(binary, handler, extra, warm=0):
+    """One call through a fresh hop to a downstream `handler`, after `warm` calls to /warm:
+    (status, body bytes, seconds, the hop's peak RSS before the call and after it, MB)."""
     down = listen()
     serve(down, handler)
     url = "http://127.0.0.1:%d" % down.getsockname()[1]
     proc, addr = start_service(binary, ["--downstream", url] + extra)
     try:
+        for _ in range(warm):
+            call(addr, "/warm")
+        before = peak_rss_mb(proc.pid)
         status, body_len, elapsed = call(addr)
-        rss = peak_rss_mb(proc.pid)
+        return status, body_len, elapsed, before, peak_rss_mb(proc.pid)
     finally:
         proc.kill()
         proc.wait()
         down.close()
+
+
+def one_shot(binary, name, handler, extra, expect, max_seconds, max_rss_mb):
+    status, body_len, elapsed, _, rss = through_hop(binary, handler, extra)
     shown = "gave up" if status is None else str(status)
     print(f"{name:<14} caller: {shown:<8} after {elapsed:6.2f} s, body {body_len:>10} bytes, "
           f"hop peak RSS {rss:7.1f} MB")
@@ -294,6 +338,10 @@ def main():
                          ["--timeout", "1000", "--attempts", "3"], 502, 5, 64)
     failures += one_shot(binary, "truncated", truncated, [], 502, 5, 64)
     failures += wedged_h2(binary, args.watch, args.check)
+    failures += growth(binary, "tiny-chunks", tiny_chunks(1_600_000), ["--timeout", "30000"],
+                       200, 10)
+    failures += growth(binary, "tiny-chunks-64k", tiny_chunks(1_600_000),
+                       ["--timeout", "30000", "--max-body", "65536"], 502, 1)
     if args.check and failures:
         for f in failures:
             print("FAIL " + f, file=sys.stderr)

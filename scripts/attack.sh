@@ -11,10 +11,19 @@
 #   zero_window    streams opened with a flow-control window of zero: each must be reset after
 #                  --send-timeout, its task freed;
 #   queue_flood    budget-less requests far beyond --slots 2: beyond --max-queue they must be
-#                  refused with 503 at once, not queued.
+#                  refused with 503 at once, not queued;
+#   stuck_lockout  600 HTTP/2 connections under `ulimit -n 512`, each holding a zero-window
+#                  stream re-armed every 0.5 s: a new client every 0.25 s served within 1 s,
+#                  default flags (stuck_lockout_tls: the same over TLS);
+#   stuck_streams_memory  400 connections x 200 zero-window streams, default flags: peak RSS
+#                  under 150 MB;
+#   rapid_reset    connections opening and resetting streams for 10 s (3 s short): at most
+#                  20 lines of log;
+#   admin_flood    400 connections holding request heads open on --admin-listen under
+#                  `ulimit -n 256`: 40 new public clients all served.
 #
 # Usage: scripts/attack.sh [--short] [--no-assert] [ATTACK...]
-#   --short      the CI form (smaller floods, about a minute in all);
+#   --short      the CI form (smaller floods, shorter watches, about a minute in all);
 #   --no-assert  figures only (for a binary without the limit flags: the "before" column of
 #                docs/limits.md).
 # DEADLINE_BIN: a built binary (default target/release/deadline, built if missing). Installs

@@ -36,3 +36,8 @@ pub(crate) fn raise_open_files() -> std::io::Result<Option<(u64, u64)>> {
     )?;
     Ok(Some((soft, target)))
 }
+
+/// The soft limit on open files now, if there is one.
+pub(crate) fn soft_limit() -> Option<u64> {
+    getrlimit(Resource::Nofile).current
+}

@@ -30,13 +30,22 @@
 //!   socket has refused every write for that long (the peer stopped reading) is dropped, and an
 //!   HTTP/2 stream whose answer has waited that long for flow-control window (the peer opened
 //!   it with a window of zero, or never grants more) is reset, its task and buffers freed.
-//! - **An optional connection limit** ([`ServeOptions::max_connections`]): at the limit, the
-//!   connection idle the longest is closed to make room; when none is idle, new connections
-//!   are closed as soon as they are accepted. Without a limit, file descriptors are the limit:
-//!   when accepting fails for want of one, the connection idle the longest is dropped at once,
-//!   so idle connections cannot lock new clients out.
+//! - **A connection limit, 1,024 by default** ([`ServeOptions::max_connections`]): at the
+//!   limit, the connection that has given nothing for the longest is closed to make room:
+//!   idle the longest, or making no progress the longest (its answers waiting on the peer
+//!   with none taken, or its socket refusing writes; dropped at once), whichever began first;
+//!   when every connection is busy and making progress, new connections are closed as soon as
+//!   they are accepted. File descriptors are a limit too:
+//!   when accepting fails for want of one, a connection is dropped by the same rule, so
+//!   neither idle nor stuck connections can lock new clients out.
+//! - **At most 100 concurrent HTTP/2 streams per connection** by default
+//!   ([`ServeOptions::max_concurrent_streams`]; hyper's own default is 200). With the
+//!   connection limit it bounds what clients can hold open at once: 102,400 streams at the
+//!   defaults, each of which costs the service's own answer state.
 //! - **Accept errors back off** (100 ms) and are logged at most once a second, with the count
-//!   of errors the line stands for.
+//!   of errors the line stands for. So are HTTP/2 connections closed for breaking the
+//!   protocol's rules (a rapid-reset flood, say: h2 sends `GOAWAY` and logs a warning per
+//!   connection of its own, which `deadline service` filters out for this line).
 //! - **Hang-up detection stays on.** `half_close` is left off, so when a client closes its
 //!   connection hyper drops the request's future, and the enforce layer stops the work (see
 //!   [`enforce`](crate::enforce#caller-hang-up-what-is-detected)).
@@ -101,6 +110,12 @@ pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a connection's socket may refuse every write before the connection is dropped.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How many connections may be open at once, by default.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// How many HTTP/2 streams a peer may have open at once on one connection, by default.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+
 /// After an accept error that is not about one connection (such as running out of file
 /// descriptors), wait this long before accepting again, rather than spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -124,8 +139,12 @@ pub struct ServeOptions {
     pub keep_alive: Option<(Duration, Duration)>,
     /// How long a connection's socket may refuse every write (default [`SEND_TIMEOUT`]).
     pub send_timeout: Duration,
-    /// Connections open at once (default `None`: as many as file descriptors allow).
+    /// Connections open at once (default [`MAX_CONNECTIONS`]; `None`: as many as file
+    /// descriptors allow).
     pub max_connections: Option<usize>,
+    /// HTTP/2 streams a peer may have open at once on one connection (default
+    /// [`MAX_CONCURRENT_STREAMS`]).
+    pub max_concurrent_streams: u32,
     /// How long shutdown waits for requests in flight (default [`SHUTDOWN_GRACE`]).
     pub shutdown_grace: Duration,
     /// How long a TLS handshake may take, from the socket's acceptance (default `None`: the
@@ -140,7 +159,8 @@ impl Default for ServeOptions {
             idle_timeout: IDLE_TIMEOUT,
             keep_alive: Some((KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)),
             send_timeout: SEND_TIMEOUT,
-            max_connections: None,
+            max_connections: Some(MAX_CONNECTIONS),
+            max_concurrent_streams: MAX_CONCURRENT_STREAMS,
             shutdown_grace: SHUTDOWN_GRACE,
             tls_handshake_timeout: None,
         }
@@ -184,12 +204,24 @@ impl ServeOptions {
         self
     }
 
-    /// Sets how many connections may be open at once (default `None`: no limit but file
-    /// descriptors). A connection beyond the limit closes the connection idle the longest to
-    /// make room; when every connection has a request open, it is closed as soon as it is
-    /// accepted. `Some(0)` is taken as 1.
+    /// Sets how many connections may be open at once (default [`MAX_CONNECTIONS`], 1,024;
+    /// `None`: no limit but file descriptors). A connection beyond the limit closes the
+    /// connection that has given nothing for the longest to make room: idle the longest, or
+    /// making no progress the longest (answers waiting on the peer with none taken, or a
+    /// socket refusing writes), whichever began first; when every connection is busy and making
+    /// progress, it is closed as soon as it is accepted. Keep it
+    /// below the process's file limit, so that the limit, not the file table, decides.
+    /// `Some(0)` is taken as 1.
     pub fn max_connections(mut self, max: Option<usize>) -> ServeOptions {
         self.max_connections = max.map(|max| max.max(1));
+        self
+    }
+
+    /// Sets how many HTTP/2 streams a peer may have open at once on one connection (default
+    /// [`MAX_CONCURRENT_STREAMS`], 100); the server advertises it in its SETTINGS and refuses
+    /// streams beyond it. Zero is taken as 1.
+    pub fn max_concurrent_streams(mut self, max: u32) -> ServeOptions {
+        self.max_concurrent_streams = max.max(1);
         self
     }
 
@@ -228,7 +260,9 @@ fn builder(options: &ServeOptions) -> auto::Builder<StreamExec> {
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
     let mut http2 = builder.http2();
-    http2.timer(TokioTimer::new());
+    http2
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.max_concurrent_streams);
     if let Some((interval, timeout)) = options.keep_alive {
         http2
             .keep_alive_interval(Some(interval))
@@ -448,6 +482,7 @@ where
     };
     let accept_errors = LogLimit::new(Duration::from_secs(1));
     let refusals = LogLimit::new(Duration::from_secs(1));
+    let broken = Arc::new(LogLimit::new(Duration::from_secs(1)));
     let mut shutdown = pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -461,15 +496,16 @@ where
                 continue;
             }
             Err(error) => {
-                // Out of file descriptors: an idle connection gives one back.
-                let evicted = is_out_of_fds(&error) && registry.evict_oldest_idle(true);
+                // Out of file descriptors: an idle connection, or one making no progress,
+                // gives one back.
+                let evicted = is_out_of_fds(&error) && registry.evict_one(true);
                 if let Some(errors) = accept_errors.hit() {
                     tracing::warn!(
                         %local,
                         %error,
                         errors,
                         open = registry.len(),
-                        evicted_idle = evicted,
+                        evicted,
                         "accept failed; backing off (errors: how many since the last such line)"
                     );
                 }
@@ -490,8 +526,8 @@ where
                     %local,
                     refused,
                     max_connections = options.max_connections,
-                    "connection limit reached and no connection idle: refusing new connections \
-                     (refused: how many since the last such line)"
+                    "connection limit reached and every connection making progress: refusing \
+                     new connections (refused: how many since the last such line)"
                 );
             }
             drop(stream);
@@ -517,6 +553,7 @@ where
                 registry: registry.clone(),
                 limits,
                 peer,
+                broken: broken.clone(),
             };
             tokio::spawn(tls_conn.run(handshake, service, shared));
             continue;
@@ -534,12 +571,13 @@ where
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
             .into_owned();
         let registry = registry.clone();
+        let broken = broken.clone();
         tokio::spawn(async move {
             let graceful =
                 |connection: Pin<&mut _>| auto::Connection::graceful_shutdown(connection);
             let ended = conn::drive(connection, graceful, shared, registry, limits).await;
             if let Err(error) = ended {
-                tracing::debug!(%peer, %error, "connection ended with an error");
+                log_ended(peer, &*error, &broken);
             }
         });
     }
@@ -569,6 +607,7 @@ struct TlsConn {
     registry: Arc<Registry>,
     limits: ConnLimits,
     peer: std::net::SocketAddr,
+    broken: Arc<LogLimit>,
 }
 
 #[cfg(feature = "tls")]
@@ -592,6 +631,7 @@ impl TlsConn {
             registry,
             limits,
             peer,
+            broken,
         } = self;
         let stream = match conn::handshake(handshake, &shared, &registry, handshake_timeout).await {
             Ok(stream) => stream,
@@ -612,9 +652,39 @@ impl TlsConn {
         let graceful = |connection: Pin<&mut _>| auto::Connection::graceful_shutdown(connection);
         let ended = conn::drive(connection, graceful, shared, registry, limits).await;
         if let Err(error) = ended {
-            tracing::debug!(%peer, %error, "connection ended with an error");
+            log_ended(peer, &*error, &broken);
         }
     }
+}
+
+/// Logs how a connection ended with an error: at debug level, except an HTTP/2 connection the
+/// server sent `GOAWAY` for an error of the peer's (a rapid-reset flood, a protocol error),
+/// which is a warning at most once a second with the count of such connections.
+fn log_ended(
+    peer: std::net::SocketAddr,
+    error: &(dyn std::error::Error + 'static),
+    broken: &LogLimit,
+) {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && h2.is_go_away()
+            && !h2.is_remote()
+        {
+            if let Some(closed) = broken.hit() {
+                tracing::warn!(
+                    %peer,
+                    reason = ?h2.reason(),
+                    closed,
+                    "HTTP/2 connection closed: the peer broke the protocol's rules (a reset \
+                     flood, say); closed: how many since the last such line"
+                );
+            }
+            return;
+        }
+        source = e.source();
+    }
+    tracing::debug!(%peer, %error, "connection ended with an error");
 }
 
 /// Serves `service` over HTTP/1.1 or h2c on one connection, with the same settings as [`serve`]

@@ -62,7 +62,8 @@ pub(crate) struct ServiceArgs {
     #[arg(long)]
     pub slots: Option<usize>,
     /// At most this many requests wait for a worker slot: beyond it a request is refused at
-    /// once with 503 (gRPC UNAVAILABLE), with a budget or without. Needs `--slots`.
+    /// once with 503 (gRPC UNAVAILABLE), with a budget or without. Needs `--slots` [default
+    /// with --slots: 1024].
     #[arg(long)]
     pub max_queue: Option<usize>,
     /// Order of the worker-slot queue: `fifo` (arrival order) or `edf` (earliest deadline first,
@@ -177,10 +178,15 @@ pub(crate) struct ServiceArgs {
     #[arg(long, default_value_t = 30_000)]
     pub send_timeout: u64,
     /// Connections open at once: beyond it the connection idle the longest is closed to make
-    /// room, and when none is idle new connections are refused (default: no limit but file
-    /// descriptors; running out of them drops the connection idle the longest).
+    /// room, or else the one whose answers have waited on the peer the longest with none taken
+    /// is dropped; when every connection is making progress new connections are refused
+    /// (default: 1,024, or the open-file limit less 64 where that is lower).
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// HTTP/2 streams a client may have open at once on one connection; streams beyond it are
+    /// refused (REFUSED_STREAM, safe to retry).
+    #[arg(long, value_name = "N", default_value_t = deadline_http::serve::MAX_CONCURRENT_STREAMS)]
+    pub max_streams: u32,
     /// How long a client may take to send a request's headers before its connection is closed,
     /// in ms. A slow client holds only a connection (a file descriptor and a task), never a
     /// worker slot, until then.
@@ -307,6 +313,9 @@ fn check_connections(args: &ServiceArgs) -> anyhow::Result<()> {
     }
     if args.max_connections == Some(0) {
         bail!("--max-connections must be at least 1");
+    }
+    if args.max_streams == 0 {
+        bail!("--max-streams must be at least 1");
     }
     if Budget::from_millis(args.max_budget).is_none() {
         bail!("--max-budget must be at least 1 ms");

@@ -70,15 +70,19 @@ pub(crate) async fn run(args: args::ServiceArgs) -> anyhow::Result<ExitCode> {
     // layer: they never wait for a slot, are never logged and never reach the work.
     let admin = probe::Admin::new(in_flight.clone(), log.clone(), observers.registry.clone());
     let public_admin = (!args.no_public_admin).then(|| admin.clone());
+    // Boxed: an HTTP/2 stream's task is as large as the future it runs, and keeps that size
+    // while its answer waits on the peer, long after the work has ended. Unboxed, this future
+    // (the enforce layer's, the work's, the downstream call's) made every open stream cost
+    // about 17 KB more; boxed, the memory goes back when the answer is ready.
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let work = work.clone();
         let admin = public_admin.as_ref().and_then(|admin| admin.answer(&req));
-        async move {
+        Box::pin(async move {
             if let Some(answer) = admin {
                 return Ok(answer.map(Either::Right));
             }
             work.oneshot(req).await.map(|r| r.map(Either::Left))
-        }
+        })
     });
 
     let admin_server =

@@ -143,13 +143,17 @@ fn serve_admin(
     let shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
+    // A budget of its own: a flood of the admin address cannot take the public port's files.
+    let options = serve_options(args).max_connections(Some(ADMIN_MAX_CONNECTIONS));
     tokio::spawn(deadline_http::serve::serve_with(
-        listener,
-        service,
-        shutdown,
-        serve_options(args),
+        listener, service, shutdown, options,
     ))
 }
+
+/// Connections the admin address (`--admin-listen`) may have open at once: enough for a
+/// scraper and an operator; beyond it the one that has given nothing for the longest makes
+/// room, as on the public port.
+const ADMIN_MAX_CONNECTIONS: usize = 16;
 
 /// The connection limits of `serve`, from the flags.
 pub(super) fn serve_options(args: &ServiceArgs) -> ServeOptions {
@@ -173,6 +177,51 @@ fn serve_limits(args: &ServiceArgs) -> ServeOptions {
         .idle_timeout(Duration::from_millis(args.idle_timeout))
         .keep_alive(keep_alive)
         .send_timeout(Duration::from_millis(args.send_timeout))
-        .max_connections(args.max_connections)
+        .max_connections(Some(
+            args.max_connections
+                .unwrap_or_else(|| default_max_connections(open_file_limit())),
+        ))
+        .max_concurrent_streams(args.max_streams)
         .shutdown_grace(Duration::from_secs(args.drain_timeout))
+}
+
+/// Files the service keeps for itself beyond its public connections: its listeners, log,
+/// downstream connections, the admin address's connections ([`ADMIN_MAX_CONNECTIONS`]) and
+/// the database's.
+const FILES_KEPT: u64 = 64;
+
+/// The connection limit without `--max-connections`: the library's default (1,024), or less
+/// where the open-file limit is lower, so that the limit, not the file table, decides who is
+/// refused (the admin address and the downstream keep some files of their own).
+fn default_max_connections(file_limit: Option<u64>) -> usize {
+    let default = deadline_http::serve::MAX_CONNECTIONS;
+    match file_limit {
+        Some(limit) => usize::try_from(limit.saturating_sub(FILES_KEPT))
+            .unwrap_or(default)
+            .clamp(1, default),
+        None => default,
+    }
+}
+
+#[cfg(unix)]
+fn open_file_limit() -> Option<u64> {
+    crate::fd_limit::soft_limit()
+}
+
+#[cfg(not(unix))]
+fn open_file_limit() -> Option<u64> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_max_connections;
+
+    #[test]
+    fn the_default_connection_limit_stays_under_the_file_limit() {
+        assert_eq!(default_max_connections(None), 1024);
+        assert_eq!(default_max_connections(Some(20_000)), 1024);
+        assert_eq!(default_max_connections(Some(512)), 448);
+        assert_eq!(default_max_connections(Some(10)), 1);
+    }
 }

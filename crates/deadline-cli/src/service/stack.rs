@@ -14,6 +14,10 @@ use super::args::ServiceArgs;
 use super::observe::Observers;
 use crate::holds::{HoldLine, epoch_ms_now};
 
+/// Requests that may wait for a slot without `--max-queue` (with `--slots`): beyond it a request
+/// is refused at once with 503.
+pub(super) const DEFAULT_MAX_QUEUE: usize = 1024;
+
 /// The enforce layer of the flags, tracing and recording to `observers`, whose hold hook writes
 /// each hold to the log (if any) and counts it out of `in_flight`.
 pub(super) fn enforce_layer(
@@ -40,11 +44,12 @@ pub(super) fn enforce_layer(
     if let Some(max_wait) = args.max_queue_wait {
         enforce = enforce.max_queue_wait(Duration::from_millis(max_wait));
     }
-    if let Some(max) = args.max_queue {
-        enforce = enforce.max_queue(max);
-    }
     if let Some(slots) = args.slots {
-        enforce = enforce.slots(slots);
+        // Never unbounded: a budget-less request waits as long as the queue is, and a flood
+        // of them held a task and its request each, without limit.
+        enforce = enforce
+            .slots(slots)
+            .max_queue(args.max_queue.unwrap_or(DEFAULT_MAX_QUEUE));
     }
     enforce.on_hold(move |hold: &Hold| {
         if let Some(log) = &log {

@@ -20,6 +20,30 @@
 //! from now) and re-checks when it fires: a closing decision is exact to the timer's
 //! resolution, and a request costs three atomic operations and a clock read.
 //!
+//! # Progress, and connections that make none
+//!
+//! An HTTP/2 peer can keep a connection busy without taking anything from it: it opens streams
+//! with a flow-control window of zero, so every answer waits for window that never comes, and
+//! it opens a new stream before the send timeout resets the last one (or resets it itself). No
+//! request on it ever ends as the peer wants it to, yet one is always open, so the connection
+//! is never idle. So each connection also keeps the instant since which its answers have been
+//! waiting on the peer with none taken: set when an answer starts waiting while none was,
+//! cleared only by progress (an answer, or a frame of one, taken by the peer). A stream that
+//! ends while its answer waits (reset by the peer or by the send timeout) is not progress, and
+//! does not clear it: opening a new stuck stream, before or after the old one ends, does not
+//! reset the connection's clock. An answer counts as taken when the stream's task gives it to
+//! the connection in the same poll that made it ready (there was window for it), or when the
+//! body is asked for its next frame after a data frame (the peer took the last one).
+//!
+//! A connection whose answers have waited on the peer for twice the send timeout with none
+//! taken is dropped (its streams cannot end gracefully; a lone stuck stream is reset at one
+//! send timeout, and its connection stays usable); and when a connection must go to make room
+//! (the connection limit, or no file descriptor left), the one that has given nothing for the
+//! longest goes: idle the longest, or making no progress the longest (its answers waiting on
+//! the peer, or its socket refusing writes), whichever began first; one making no progress is
+//! dropped at once. A young connection (a TLS handshake under way, a request head on its way)
+//! is never picked over an older one that gives nothing.
+//!
 //! # Closing
 //!
 //! An idle connection, an evicted one (to make room under the connection limit, or to get a
@@ -73,6 +97,10 @@ pub(super) struct ConnShared {
     idle_since_ms: AtomicU64,
     /// When a write first found the socket full, plus one (0: writes are going through).
     write_blocked_ms: AtomicU64,
+    /// HTTP/2 answers now waiting on the peer (window to be sent in).
+    waiting: AtomicUsize,
+    /// Since when answers have waited on the peer with none taken, plus one (0: progress).
+    stalled_ms: AtomicU64,
     /// Asked to close gracefully (idle, evicted or shutting down).
     close: AtomicBool,
     /// Asked to drop at once (the shutdown grace ran out).
@@ -122,6 +150,54 @@ impl ConnShared {
         }
     }
 
+    /// An HTTP/2 answer started waiting on the peer.
+    fn answer_waiting(&self) {
+        if self.waiting.fetch_add(1, Ordering::AcqRel) == 0
+            && self.stalled_ms.load(Ordering::Relaxed) == 0
+        {
+            let now = self.ms_since_base(Instant::now()).saturating_add(1);
+            self.stalled_ms.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// An HTTP/2 answer stopped waiting on the peer: taken by it (`progress`), or its stream
+    /// ended without the peer taking it.
+    fn answer_not_waiting(&self, progress: bool) {
+        let left = self
+            .waiting
+            .fetch_sub(1, Ordering::AcqRel)
+            .saturating_sub(1);
+        if progress {
+            // Answers still waiting are counted from now.
+            let since = if left > 0 {
+                self.ms_since_base(Instant::now()).saturating_add(1)
+            } else {
+                0
+            };
+            self.stalled_ms.store(since, Ordering::Relaxed);
+        }
+    }
+
+    /// Since when answers have waited on the peer with none taken, if one waits now.
+    fn stalled_since(&self) -> Option<Instant> {
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        match self.stalled_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.at(ms - 1)),
+        }
+    }
+
+    /// Since when the connection has made no progress: answers waiting on the peer with none
+    /// taken, or a socket refusing every write.
+    fn no_progress_since(&self) -> Option<Instant> {
+        match (self.stalled_since(), self.write_blocked_since()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     fn request_started(self: &Arc<Self>) -> OpenRequest {
         self.open.fetch_add(1, Ordering::AcqRel);
         OpenRequest { conn: self.clone() }
@@ -150,9 +226,10 @@ struct Conns {
 pub(super) enum Admit {
     /// Room for it.
     Room,
-    /// The limit is reached: the idle connection idle the longest was asked to close.
+    /// The limit is reached: the connection that had given nothing for the longest (idle, or
+    /// making no progress) was asked to close.
     Evicted,
-    /// The limit is reached and every connection is busy: refuse it.
+    /// The limit is reached and every connection is making progress: refuse it.
     Full,
 }
 
@@ -175,8 +252,8 @@ impl Registry {
         self.lock().map.len()
     }
 
-    /// Whether a new connection fits under `max` (live connections), evicting the idle
-    /// connection idle the longest to make room if need be.
+    /// Whether a new connection fits under `max` (live connections), evicting the connection
+    /// that has given nothing for the longest (idle, or making no progress) to make room.
     pub(super) fn admit(&self, max: Option<usize>) -> Admit {
         let Some(max) = max else {
             return Admit::Room;
@@ -192,31 +269,40 @@ impl Registry {
         }
     }
 
-    /// Asks the connection idle the longest to close, or with `abort` to drop its socket at
-    /// once (to get a file descriptor back); false if no connection is idle.
-    pub(super) fn evict_oldest_idle(&self, abort: bool) -> bool {
+    /// Asks the connection that has given nothing for the longest (idle, or making no
+    /// progress) to close, with `abort` (to get a file descriptor back) or when it makes no
+    /// progress by dropping its socket at once; false if every connection is busy and making
+    /// progress.
+    pub(super) fn evict_one(&self, abort: bool) -> bool {
         Self::evict_locked(&mut self.lock(), abort)
     }
 
     fn evict_locked(conns: &mut Conns, abort: bool) -> bool {
-        let oldest = conns
+        // The connection that has given nothing for the longest: idle, or making no progress.
+        // A connection making no progress cannot close gracefully (its streams never end), so
+        // it is dropped; and a young one (a TLS handshake under way, a request head on its
+        // way) is never picked over one that has given nothing for longer.
+        let victim = conns
             .map
             .values()
             .filter(|c| !c.close.load(Ordering::Acquire))
-            .filter_map(|c| c.idle_since().map(|since| (since, c)))
-            .min_by_key(|(since, _)| *since)
-            .map(|(_, c)| c.clone());
-        match oldest {
-            Some(conn) => {
-                Self::mark_closing(conns, &conn);
-                if abort {
-                    conn.abort.store(true, Ordering::Release);
-                }
-                conn.wake.notify_one();
-                true
-            }
-            None => false,
+            .filter_map(|c| match (c.idle_since(), c.no_progress_since()) {
+                (Some(idle), Some(stuck)) if stuck < idle => Some((stuck, true, c)),
+                (Some(idle), _) => Some((idle, false, c)),
+                (None, Some(stuck)) => Some((stuck, true, c)),
+                (None, None) => None,
+            })
+            .min_by_key(|(since, _, _)| *since)
+            .map(|(_, stuck, c)| (c.clone(), stuck));
+        let Some((victim, stuck)) = victim else {
+            return false;
+        };
+        Self::mark_closing(conns, &victim);
+        if abort || stuck {
+            victim.abort.store(true, Ordering::Release);
         }
+        victim.wake.notify_one();
+        true
     }
 
     fn mark_closing(conns: &mut Conns, conn: &ConnShared) {
@@ -240,6 +326,8 @@ impl Registry {
                     .unwrap_or(u64::MAX),
             ),
             write_blocked_ms: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            stalled_ms: AtomicU64::new(0),
             close: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             wake: Notify::new(),
@@ -334,6 +422,18 @@ where
                 return Ok(());
             }
         }
+        if let Some(since) = shared.stalled_since() {
+            // Twice the send timeout: a lone stuck stream is reset first (at one send timeout),
+            // and the connection stays usable; one re-armed again and again is not.
+            if now.saturating_duration_since(since) >= limits.send * 2 {
+                tracing::debug!(
+                    stalled_ms = now.saturating_duration_since(since).as_millis(),
+                    "connection dropped: the peer took none of its answers for the send timeout"
+                );
+                registry.closing(&shared);
+                return Ok(());
+            }
+        }
         let idle_since = shared.idle_since();
         if closing.is_none() {
             let idle_out =
@@ -363,6 +463,9 @@ where
         }
         if let Some(since) = shared.write_blocked_since() {
             next = next.min((since + limits.send).max(now));
+        }
+        if let Some(since) = shared.stalled_since() {
+            next = next.min((since + limits.send * 2).max(now));
         }
         timer.as_mut().reset(next);
     }
@@ -513,26 +616,44 @@ where
         let open = this.open.take();
         // On HTTP/2 this runs in the stream's own task: its answer now waits to be sent.
         let clock = StreamClock::current();
-        if let Some(clock) = &clock {
+        if let (Some(clock), Some(open)) = (&clock, &open) {
             clock.waiting();
+            open.conn.answer_waiting();
         }
+        let waiting = clock.is_some() && open.is_some();
         Poll::Ready(Ok(response.map(|inner| CountedBody {
             inner,
             clock,
-            _open: open,
+            open,
+            waiting,
         })))
     }
 }
 
 pin_project_lite::pin_project! {
     /// A response body that keeps its request counted open until it is dropped, and on
-    /// HTTP/2 tells its stream's clock when it waits on the peer.
+    /// HTTP/2 tells its stream's clock and its connection when it waits on the peer.
     #[derive(Debug)]
     pub(super) struct CountedBody<B> {
         #[pin]
         inner: B,
         clock: Option<Arc<StreamClock>>,
-        _open: Option<OpenRequest>,
+        open: Option<OpenRequest>,
+        // Counted in its connection's answers waiting on the peer.
+        waiting: bool,
+    }
+
+    impl<B> PinnedDrop for CountedBody<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if *this.waiting
+                && let Some(open) = this.open
+            {
+                // Taken by the peer only if it went out in the poll that made it ready.
+                let taken = this.clock.as_ref().is_some_and(|c| c.sent_at_once());
+                open.conn.answer_not_waiting(taken);
+            }
+        }
     }
 }
 
@@ -548,9 +669,22 @@ impl<B: Body> Body for CountedBody<B> {
         let poll = this.inner.poll_frame(cx);
         if let Some(clock) = this.clock {
             // Data given: hyper asks again once the peer has taken it (window to send more).
-            match &poll {
-                Poll::Ready(Some(Ok(frame))) if frame.is_data() => clock.waiting(),
-                _ => clock.not_waiting(),
+            let waits = matches!(&poll, Poll::Ready(Some(Ok(frame))) if frame.is_data());
+            if waits {
+                clock.waiting();
+            } else {
+                clock.not_waiting();
+            }
+            if waits != *this.waiting
+                && let Some(open) = this.open
+            {
+                *this.waiting = waits;
+                if waits {
+                    open.conn.answer_waiting();
+                } else {
+                    // Asked again after a data frame: the peer took it.
+                    open.conn.answer_not_waiting(true);
+                }
             }
         }
         poll

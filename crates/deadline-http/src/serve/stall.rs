@@ -27,7 +27,8 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -43,6 +44,8 @@ pub(super) struct StreamClock {
     base: Instant,
     /// Milliseconds since `base`, plus one, since the answer waits on the peer; 0: it does not.
     waiting_ms: AtomicU64,
+    /// The task ended in the poll that made its answer wait: the answer went out at once.
+    at_once: AtomicBool,
 }
 
 impl StreamClock {
@@ -50,6 +53,7 @@ impl StreamClock {
         StreamClock {
             base: Instant::now(),
             waiting_ms: AtomicU64::new(0),
+            at_once: AtomicBool::new(false),
         }
     }
 
@@ -74,6 +78,16 @@ impl StreamClock {
     /// The answer is being produced (or is finished): the peer is not what it waits on.
     pub(super) fn not_waiting(&self) {
         self.waiting_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the stream's task ended in the same poll in which its answer began waiting on
+    /// the peer: there was window for it, so the peer took it (see [`conn`](super::conn)).
+    pub(super) fn sent_at_once(&self) -> bool {
+        self.at_once.load(Ordering::Relaxed)
+    }
+
+    fn is_waiting(&self) -> bool {
+        self.waiting_ms.load(Ordering::Relaxed) != 0
     }
 
     fn waiting_since(&self) -> Option<Instant> {
@@ -112,10 +126,19 @@ async fn until_stalled<F: Future>(task: F, clock: &StreamClock, send_timeout: Du
     let timer = pin!(tokio::time::sleep(send_timeout));
     let mut timer = timer;
     loop {
-        tokio::select! {
-            biased;
-            _ = task.as_mut() => return,
-            () = timer.as_mut() => {}
+        let ended = std::future::poll_fn(|cx| {
+            let waited = clock.is_waiting();
+            if task.as_mut().poll(cx).is_ready() {
+                if !waited && clock.is_waiting() {
+                    clock.at_once.store(true, Ordering::Relaxed);
+                }
+                return Poll::Ready(true);
+            }
+            timer.as_mut().poll(cx).map(|()| false)
+        })
+        .await;
+        if ended {
+            return;
         }
         let now = Instant::now();
         let next = match clock.waiting_since() {

@@ -116,6 +116,11 @@ fn frames(mut bytes: &[u8]) -> Vec<(u8, u32)> {
 
 /// A GET on stream 1 with `x-work-ms: work`, in HPACK without indexing or Huffman.
 fn get_headers(work_ms: u64) -> Vec<u8> {
+    get_headers_on(1, work_ms)
+}
+
+/// A GET on stream `stream` with `x-work-ms: work`, in HPACK without indexing or Huffman.
+fn get_headers_on(stream: u32, work_ms: u64) -> Vec<u8> {
     let literal = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
         out.push(0x00);
         out.push(u8::try_from(name.len()).unwrap());
@@ -128,7 +133,15 @@ fn get_headers(work_ms: u64) -> Vec<u8> {
     literal(&mut block, b":authority", b"localhost");
     literal(&mut block, b"x-work-ms", work_ms.to_string().as_bytes());
     // END_HEADERS | END_STREAM
-    frame(0x1, 0x4 | 0x1, 1, &block)
+    frame(0x1, 0x4 | 0x1, stream, &block)
+}
+
+/// An HTTP/2 client's opening: the preface and SETTINGS_INITIAL_WINDOW_SIZE (4) = 0, so no
+/// stream may be sent a byte of data.
+fn zero_window_hello() -> Vec<u8> {
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    hello
 }
 
 /// Finding: an HTTP/2 client that sends the 24-byte preface and nothing else skipped the
@@ -352,6 +365,80 @@ async fn a_stream_whose_answer_the_peer_never_takes_is_reset_after_the_send_time
     assert!(
         kinds.contains(&(0x3, 1)),
         "stream 1 was reset (RST_STREAM): {kinds:?}"
+    );
+    server.stop().await;
+}
+
+/// Finding: at the connection limit, a connection holding a stream whose answer could not be
+/// written (window zero) counted as busy, so it was never evicted and every new client was
+/// refused (0 of 51 served with `--max-connections 400` under 600 such connections). Now the
+/// connection making no progress the longest is dropped to make room.
+#[tokio::test]
+async fn at_the_connection_limit_a_connection_whose_answers_wait_on_the_peer_makes_room() {
+    let options = ServeOptions::default().max_connections(Some(1));
+    let server = Server::start(options).await;
+    let mut stuck = TcpStream::connect(server.addr).await.unwrap();
+    let mut hello = zero_window_hello();
+    hello.extend(get_headers(0));
+    stuck.write_all(&hello).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut client = TcpStream::connect(server.addr).await.unwrap();
+    client
+        .write_all(b"GET / HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let seen = read_until_closed(&mut client, Duration::from_secs(5))
+        .await
+        .expect("the new connection is answered");
+    assert!(
+        String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&seen)
+    );
+    assert!(
+        read_until_closed(&mut stuck, Duration::from_secs(2))
+            .await
+            .is_some(),
+        "the stuck connection was dropped"
+    );
+    server.stop().await;
+}
+
+/// Finding: a peer that re-armed its stuck stream (a new zero-window stream opened, the old
+/// one reset, faster than the send timeout) kept its connection forever: each stream lived
+/// less than the send timeout, and one was always open. Now the connection's own clock, which
+/// only an answer taken by the peer resets, drops it after twice the send timeout.
+#[tokio::test]
+async fn re_arming_stuck_streams_does_not_reset_the_send_timeout() {
+    let options = ServeOptions::default().send_timeout(Duration::from_millis(500));
+    let server = Server::start(options).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut hello = zero_window_hello();
+    hello.extend(get_headers_on(1, 0));
+    stream.write_all(&hello).await.unwrap();
+    let started = Instant::now();
+    let mut id = 1u32;
+    let closed = loop {
+        // Re-arm every 200 ms: open the next stream, then reset the one before (CANCEL).
+        let mut rearm = get_headers_on(id + 2, 0);
+        rearm.extend(frame(0x3, 0, id, &8u32.to_be_bytes()));
+        id += 2;
+        if stream.write_all(&rearm).await.is_err() {
+            break true;
+        }
+        if read_until_closed(&mut stream, Duration::from_millis(200))
+            .await
+            .is_some()
+        {
+            break true;
+        }
+        if Instant::now().saturating_duration_since(started) > Duration::from_secs(8) {
+            break false;
+        }
+    };
+    assert!(
+        closed,
+        "the connection was still open after 8 s of stuck streams (send timeout 0.5 s)"
     );
     server.stop().await;
 }
