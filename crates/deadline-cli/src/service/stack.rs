@@ -43,6 +43,9 @@ pub(super) fn enforce_layer(
     if let Some(max) = args.max_queue {
         enforce = enforce.max_queue(max);
     }
+    if let Some(max_lag) = args.max_lag {
+        enforce = enforce.max_runtime_lag(Duration::from_millis(max_lag));
+    }
     if let Some(slots) = args.slots {
         enforce = enforce.slots(slots);
     }
