@@ -36,22 +36,28 @@ pub(crate) type UserClient =
     hyper_util::client::legacy::Client<CountingConnector, http_body_util::Empty<bytes::Bytes>>;
 
 pub(crate) fn user_client() -> UserClient {
-    counted_user_client().0
+    counted_user_client(None, Arc::default())
 }
 
 /// A user client and the count of the connections it has opened: a user whose wait ran out
 /// drops its request and with it its connection, so past capacity every user given up costs a
 /// later one a new connection (its handshake, an `accept`, a descriptor on both sides). The
-/// load reports connections per user from this count.
-pub(crate) fn counted_user_client() -> (UserClient, Arc<AtomicU64>) {
+/// load reports connections per user from this count, `opened`, which several clients may
+/// share. With `local`, every connection is made from that address (see the load's users for
+/// why).
+pub(crate) fn counted_user_client(
+    local: Option<std::net::IpAddr>,
+    opened: Arc<AtomicU64>,
+) -> UserClient {
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
     connector.set_nodelay(true);
-    let connector = CountingConnector::new(connector);
-    let opened = connector.opened.clone();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+    connector.set_local_address(local);
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector);
-    (client, opened)
+        .build(CountingConnector {
+            inner: connector,
+            opened,
+        })
 }
 
 /// A user client's connector: hyper's, counting the connections it is asked to open.
@@ -59,15 +65,6 @@ pub(crate) fn counted_user_client() -> (UserClient, Arc<AtomicU64>) {
 pub(crate) struct CountingConnector {
     inner: hyper_util::client::legacy::connect::HttpConnector,
     opened: Arc<AtomicU64>,
-}
-
-impl CountingConnector {
-    fn new(inner: hyper_util::client::legacy::connect::HttpConnector) -> CountingConnector {
-        CountingConnector {
-            inner,
-            opened: Arc::default(),
-        }
-    }
 }
 
 impl tower::Service<http::Uri> for CountingConnector {

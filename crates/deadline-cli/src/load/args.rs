@@ -57,6 +57,18 @@ pub(super) fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     if args.hop_slots == Some(0) {
         bail!("--hop-slots must be at least 1");
     }
+    if args.hop_max_queue_wait.is_some()
+        && args.hop_slots.is_none()
+        && args.hop_slots_per_rate.is_none()
+    {
+        bail!("--hop-max-queue-wait needs --hop-slots or --hop-slots-per-rate");
+    }
+    if args
+        .hop_slots_per_rate
+        .is_some_and(|f| !(f > 0.0 && f.is_finite() && f <= 100.0))
+    {
+        bail!("--hop-slots-per-rate must be above 0 and at most 100");
+    }
     if args.hop_max_queue_wait == Some(0) {
         bail!("--hop-max-queue-wait must be at least 1 ms");
     }
@@ -150,7 +162,12 @@ impl LoadArgs {
         if self.absolute_deadline {
             extra.push_str("; users also send X-Request-Deadline");
         }
-        if let Some(slots) = self.hop_slots {
+        if let Some(f) = self.hop_slots_per_rate {
+            extra.push_str(&format!("; gateway and orders {f} slots per user/s"));
+            if let Some(wait) = self.hop_max_queue_wait {
+                extra.push_str(&format!(", wait cap {wait} ms"));
+            }
+        } else if let Some(slots) = self.hop_slots {
             extra.push_str(&format!("; gateway and orders {slots} slots"));
             if let Some(wait) = self.hop_max_queue_wait {
                 extra.push_str(&format!(", wait cap {wait} ms"));

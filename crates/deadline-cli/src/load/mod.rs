@@ -179,6 +179,16 @@ pub(crate) struct LoadArgs {
     /// (at least 1), so the processors, not inventory's slots, set the capacity.
     #[arg(long, default_value_t = 0.26, requires = "overload")]
     slots_per_rate: f64,
+    /// With `--overload`: gateway's and orders' slots (`--hop-slots`) per user a second of the
+    /// search's rate, as inventory's: a limit on the requests each hop works on at once that
+    /// follows the probed rate, and stays at the capacity's for the multiples.
+    #[arg(
+        long,
+        value_name = "F",
+        requires = "overload",
+        conflicts_with = "hop_slots"
+    )]
+    hop_slots_per_rate: Option<f64>,
     /// In the run with deadlines, every hop refuses at once (503, `Retry-After: 0`) what arrives
     /// while its runtime runs this many ms late (`deadline service --max-lag`); gateway and
     /// orders get `--hop-slots` (or a count too large to limit anything).
@@ -190,7 +200,7 @@ pub(crate) struct LoadArgs {
     hop_slots: Option<usize>,
     /// In the run with deadlines, gateway and orders refuse at once a request whose expected
     /// wait for one of their `--hop-slots` exceeds this many ms.
-    #[arg(long, value_name = "MS", requires = "hop_slots")]
+    #[arg(long, value_name = "MS")]
     hop_max_queue_wait: Option<u64>,
     /// Start every service under `nice -n N`, below the generator's priority: the generator
     /// stands for users on other machines, and on shared cores it must not fall behind its
@@ -380,12 +390,16 @@ async fn run_once(
         Some(url) => Some(crate::pg::Sampler::start(url, &tag).await?),
         None => None,
     };
-    let (client, opened) = match args.protocol {
+    let (clients, opened) = match args.protocol {
         Protocol::Http1 => {
-            let (client, opened) = crate::users::counted_user_client();
-            (Users::Http(client), Some(opened))
+            let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let clients = users::source_addresses(chain.edge_url())
+                .into_iter()
+                .map(|local| Users::Http(crate::users::counted_user_client(local, opened.clone())))
+                .collect();
+            (clients, Some(opened))
         }
-        Protocol::Grpc => (Users::new(args.protocol), None),
+        Protocol::Grpc => (vec![Users::new(args.protocol)], None),
     };
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let idle = hygiene::sample_all(&chain).await?;
@@ -393,10 +407,10 @@ async fn run_once(
     let fd_peaks = fds::FdPeaks::start(chain.pids().into_iter().map(|(_, pid)| pid).collect());
     let generator_before = ProcessUsage::of("generator", None);
     let start_wall = epoch_ms_now();
-    let outcomes = send_users(args, deadlines, &client, url, progress).await?;
+    let outcomes = send_users(args, deadlines, &clients, url, progress).await?;
     // The users are gone: close their pooled connections, then wait for the services to give
     // back what the run used.
-    drop(client);
+    drop(clients);
     let peak_fds = fd_peaks.stop().await;
     let hygiene = hygiene::settle(&chain, &idle, Instant::now()).await?;
     let service_metrics = metrics::read_all(&chain).await?;

@@ -87,6 +87,8 @@ struct Capacity {
     rate: f64,
     /// Inventory's slots at that rate, kept for the multiples.
     slots: usize,
+    /// Gateway's and orders' slots at that rate (with `--hop-slots-per-rate` or `--hop-slots`).
+    hop_slots: Option<usize>,
     /// The lowest rate that failed, if one did.
     lowest_failed: Option<f64>,
     /// Every probe, in the order run.
@@ -155,6 +157,7 @@ pub(super) async fn run(
         let mut at = args.clone();
         at.rate = (capacity.rate * multiple).round().max(1.0);
         at.slots = capacity.slots;
+        at.hop_slots = hop_slots_for(args, capacity.rate).or(args.hop_slots);
         for &deadlines in &modes {
             let run = run_once(&at, placement, deadlines, progress).await?;
             rows.push(row(multiple, at.rate, run));
@@ -198,6 +201,12 @@ fn slots_for(args: &LoadArgs, rate: f64) -> usize {
     ((rate * args.slots_per_rate).ceil() as usize).max(1)
 }
 
+/// Gateway's and orders' slots for `rate` users a second, with `--hop-slots-per-rate`.
+fn hop_slots_for(args: &LoadArgs, rate: f64) -> Option<usize> {
+    args.hop_slots_per_rate
+        .map(|f| ((rate * f).ceil() as usize).max(1))
+}
+
 /// One short run with deadlines at `rate`, judged.
 async fn probe(
     args: &LoadArgs,
@@ -209,6 +218,7 @@ async fn probe(
     at.rate = rate;
     at.seconds = args.search_seconds;
     at.slots = slots_for(args, rate);
+    at.hop_slots = hop_slots_for(args, rate).or(args.hop_slots);
     let run = run_once(&at, placement, true, progress).await?;
     let failures = probe_failures(&run, rate);
     Ok(Probe {
@@ -306,6 +316,7 @@ async fn search(
     Ok(Capacity {
         rate: low,
         slots: slots_for(args, low),
+        hop_slots: hop_slots_for(args, low).or(args.hop_slots),
         lowest_failed: failed,
         probes,
     })
@@ -457,9 +468,12 @@ fn print(args: &LoadArgs, capacity: &Capacity, rows: &[Row]) {
         })
         .collect();
     println!(
-        "capacity: {:.0} users/s (inventory {} slots); search of {} s runs with deadlines: {}",
+        "capacity: {:.0} users/s (inventory {} slots{}); search of {} s runs with deadlines: {}",
         capacity.rate,
         capacity.slots,
+        capacity
+            .hop_slots
+            .map_or(String::new(), |n| format!(", gateway and orders {n}")),
         args.search_seconds,
         probes.join(", ")
     );
