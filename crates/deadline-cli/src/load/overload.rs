@@ -168,8 +168,14 @@ pub(super) async fn run(
     }
     progress.finish_and_clear();
     let check = check(&capacity, &rows);
+    // The settings as the 1x row ran them: the capacity's rate and slots, not the search's start.
+    let mut at_capacity = args.clone();
+    at_capacity.rate = capacity.rate;
+    at_capacity.slots = capacity.slots;
+    at_capacity.hop_slots = capacity.hop_slots;
+    let settings = at_capacity.describe();
     if let Some(path) = &args.svg {
-        std::fs::write(path, chart(&capacity, &rows, &args.describe()))
+        std::fs::write(path, chart(&capacity, &rows, &settings))
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
@@ -182,7 +188,7 @@ pub(super) async fn run(
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(super::exit(args.check, passed));
     }
-    print(args, &capacity, &rows);
+    print(args, &settings, &capacity, &rows);
     if let Some(path) = &args.svg {
         println!("Chart written to {}.", path.display());
     }
@@ -468,8 +474,8 @@ fn check(capacity: &Capacity, rows: &[Row]) -> super::Check {
 }
 
 /// The search, then one line per row.
-fn print(args: &LoadArgs, capacity: &Capacity, rows: &[Row]) {
-    println!("deadline load --overload: {}", args.describe());
+fn print(args: &LoadArgs, settings: &str, capacity: &Capacity, rows: &[Row]) {
+    println!("deadline load --overload: at 1x {settings}");
     let probes: Vec<String> = capacity
         .probes
         .iter()
