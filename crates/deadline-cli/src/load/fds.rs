@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 const EVERY: Duration = Duration::from_millis(500);
 
 /// A running sampler.
+#[derive(Debug)]
 pub(super) struct FdPeaks {
     stop: oneshot::Sender<()>,
     task: JoinHandle<Vec<Option<usize>>>,

@@ -507,6 +507,11 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             println!("{warning}");
         }
     }
+    Ok(conclude(&args, &check))
+}
+
+/// The lines after a table: where the chart went and the check's verdict; and the exit code.
+fn conclude(args: &LoadArgs, check: &Check) -> ExitCode {
     if let Some(path) = &args.svg {
         println!("Chart written to {}.", path.display());
     }
@@ -520,7 +525,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(exit(args.check, check.passed))
+    exit(args.check, check.passed)
 }
 
 fn exit(checking: bool, passed: bool) -> ExitCode {

@@ -189,20 +189,7 @@ pub(super) async fn run(
         return Ok(super::exit(args.check, passed));
     }
     print(args, &settings, &capacity, &rows);
-    if let Some(path) = &args.svg {
-        println!("Chart written to {}.", path.display());
-    }
-    if args.check {
-        if check.passed {
-            println!("check: passed");
-        } else {
-            println!("check: FAILED");
-            for failure in &check.failures {
-                println!("  - {failure}");
-            }
-        }
-    }
-    Ok(super::exit(args.check, check.passed))
+    Ok(super::conclude(args, &check))
 }
 
 /// Inventory's slots for `rate` users a second.

@@ -130,6 +130,7 @@ fn the_grant_recheck_uses_the_real_time_left() {
             expected_wait: Duration::ZERO,
             min_useful: ms(50),
             max_wait: None,
+            lag: None,
         })
     );
     assert_eq!(
