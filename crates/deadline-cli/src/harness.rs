@@ -19,7 +19,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -134,6 +135,8 @@ struct Running {
     stdin: Option<ChildStdin>,
     url: String,
     log: PathBuf,
+    /// Lines of its standard error that reported running out of file descriptors.
+    out_of_fds: Arc<AtomicUsize>,
 }
 
 /// A temporary directory removed when dropped.
@@ -240,13 +243,17 @@ impl Chain {
             }
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
+                .stderr(Stdio::piped())
                 .kill_on_drop(true);
             let mut child = cmd.spawn().with_context(|| match place.prefix.first() {
                 Some(program) => format!("starting {} under {program:?}", hop.name),
                 None => format!("starting {}", hop.name),
             })?;
             let stdin = child.stdin.take();
+            let out_of_fds = Arc::new(AtomicUsize::new(0));
+            if let Some(stderr) = child.stderr.take() {
+                tokio::spawn(pass_on_stderr(stderr, out_of_fds.clone()));
+            }
             let stdout = child
                 .stdout
                 .take()
@@ -266,6 +273,7 @@ impl Chain {
                 stdin,
                 url,
                 log,
+                out_of_fds,
             });
         }
         running.reverse();
@@ -277,6 +285,24 @@ impl Chain {
         self.running
             .iter()
             .map(|r| (r.name, r.url.clone()))
+            .collect()
+    }
+
+    /// Every service's name and process id (`None` once it has exited), edge first.
+    pub(crate) fn pids(&self) -> Vec<(&'static str, Option<u32>)> {
+        self.running
+            .iter()
+            .map(|r| (r.name, r.child.id()))
+            .collect()
+    }
+
+    /// Each service's count of the lines of its standard error that said it ran out of file
+    /// descriptors (`EMFILE` or `ENFILE`, as the serve loop logs a failed accept), edge first.
+    /// The counts go on after the chain is stopped, until each service's last line is read.
+    pub(crate) fn out_of_fds_lines(&self) -> Vec<(&'static str, Arc<AtomicUsize>)> {
+        self.running
+            .iter()
+            .map(|r| (r.name, r.out_of_fds.clone()))
             .collect()
     }
 
@@ -376,6 +402,26 @@ fn peak_rss_kib(status: &str) -> Option<u64> {
         .ok()
 }
 
+/// Passes a service's standard error on to this process's, line by line, counting the lines
+/// that say it ran out of file descriptors (the operating system's words for `EMFILE` and
+/// `ENFILE`, or their numbers as Rust prints them).
+async fn pass_on_stderr(stderr: tokio::process::ChildStderr, out_of_fds: Arc<AtomicUsize>) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if says_out_of_fds(&line) {
+            out_of_fds.fetch_add(1, Ordering::Relaxed);
+        }
+        eprintln!("{line}");
+    }
+}
+
+/// Whether a log line reports running out of file descriptors.
+fn says_out_of_fds(line: &str) -> bool {
+    ["Too many open files", "os error 24", "os error 23"]
+        .iter()
+        .any(|needle| line.contains(needle))
+}
+
 async fn ready_line(stdout: tokio::process::ChildStdout) -> anyhow::Result<String> {
     let mut lines = BufReader::new(stdout).lines();
     let line = lines
@@ -405,6 +451,33 @@ mod tests {
         let status = "Name:\tdeadline\nVmPeak:\t  999 kB\nVmHWM:\t   24680 kB\nVmRSS:\t 2000 kB\n";
         assert_eq!(peak_rss_kib(status), Some(24_680));
         assert_eq!(peak_rss_kib("Name: x\n"), None);
+    }
+
+    #[test]
+    fn a_service_out_of_descriptors_is_recognised_in_its_log() {
+        let line = "WARN deadline_http::serve: accept failed; backing off (errors: how many since \
+                    the last such line) local=127.0.0.1:4000 error=Too many open files (os error \
+                    24) errors=3";
+        assert!(says_out_of_fds(line));
+        assert!(says_out_of_fds("error=File table overflow (os error 23)"));
+        assert!(!says_out_of_fds(
+            "accept: connection failed error=Connection reset"
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_service_stderr_is_passed_on_and_its_fd_errors_counted() {
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg("echo 'accept failed error=Too many open files (os error 24)' >&2; echo fine >&2; echo 'again: os error 24' >&2")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let counter = Arc::new(AtomicUsize::new(0));
+        let stderr = child.stderr.take().unwrap();
+        pass_on_stderr(stderr, counter.clone()).await;
+        child.wait().await.unwrap();
+        assert_eq!(counter.load(Ordering::Relaxed), 2);
     }
 
     #[test]

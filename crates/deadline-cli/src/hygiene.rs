@@ -155,7 +155,13 @@ pub(crate) async fn settle(
     loop {
         let mut busy = false;
         for (_, url) in &services {
-            busy |= sample(url).await?.in_flight > 0;
+            // A service still swamped (past capacity, without deadlines) may not answer its
+            // own page within the sample's 5 s: that is still draining, until the drain's end.
+            busy |= match sample(url).await {
+                Ok(sample) => sample.in_flight > 0,
+                Err(_) if Instant::now() <= drain_until => true,
+                Err(err) => return Err(err),
+            };
         }
         if !busy || Instant::now() > drain_until {
             break;

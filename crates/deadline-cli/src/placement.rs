@@ -51,6 +51,18 @@ pub(crate) struct Placement {
 }
 
 impl Placement {
+    /// The same placement with every hop started under `nice -n NICE` (before any prefix of
+    /// its own): the services then yield the processors to a process of normal priority.
+    pub(crate) fn niced(mut self, nice: u8) -> Placement {
+        for hop in HOP_NAMES {
+            let place = self.hops.entry(hop).or_default();
+            let mut prefix = vec!["nice".to_owned(), "-n".to_owned(), nice.to_string()];
+            prefix.append(&mut place.prefix);
+            place.prefix = prefix;
+        }
+        self
+    }
+
     /// Where `hop` runs.
     pub(crate) fn hop(&self, hop: &str) -> HopPlace {
         self.hops.get(hop).cloned().unwrap_or_default()

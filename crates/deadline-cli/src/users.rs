@@ -2,6 +2,8 @@
 //! the instant the user gives up), waited for at most as long as the user waits, and what they
 //! heard in time.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -30,17 +32,60 @@ pub(crate) struct UserResult {
 }
 
 /// An HTTP/1 client for users: pooled, TCP_NODELAY on, no library behaviour of its own.
-pub(crate) type UserClient = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
-    http_body_util::Empty<bytes::Bytes>,
->;
+pub(crate) type UserClient =
+    hyper_util::client::legacy::Client<CountingConnector, http_body_util::Empty<bytes::Bytes>>;
 
 pub(crate) fn user_client() -> UserClient {
+    counted_user_client(None, Arc::default())
+}
+
+/// A user client and the count of the connections it has opened: a user whose wait ran out
+/// drops its request and with it its connection, so past capacity every user given up costs a
+/// later one a new connection (its handshake, an `accept`, a descriptor on both sides). The
+/// load reports connections per user from this count, `opened`, which several clients may
+/// share. With `local`, every connection is made from that address (see the load's users for
+/// why).
+pub(crate) fn counted_user_client(
+    local: Option<std::net::IpAddr>,
+    opened: Arc<AtomicU64>,
+) -> UserClient {
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
     connector.set_nodelay(true);
+    connector.set_local_address(local);
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector)
+        .build(CountingConnector {
+            inner: connector,
+            opened,
+        })
+}
+
+/// A user client's connector: hyper's, counting the connections it is asked to open.
+#[derive(Clone, Debug)]
+pub(crate) struct CountingConnector {
+    inner: hyper_util::client::legacy::connect::HttpConnector,
+    opened: Arc<AtomicU64>,
+}
+
+impl tower::Service<http::Uri> for CountingConnector {
+    type Response =
+        <hyper_util::client::legacy::connect::HttpConnector as tower::Service<http::Uri>>::Response;
+    type Error =
+        <hyper_util::client::legacy::connect::HttpConnector as tower::Service<http::Uri>>::Error;
+    type Future =
+        <hyper_util::client::legacy::connect::HttpConnector as tower::Service<http::Uri>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        self.inner.call(uri)
+    }
 }
 
 /// One user: sends `GET url` with `budget_ms` (if any), the `X-Request-Deadline` value of the

@@ -38,6 +38,26 @@
 //! capacity: a burst that would have drained within the budget, but not within the cap, is
 //! refused instead of delayed.
 //!
+//! # A runtime that runs late
+//!
+//! The rules above weigh a queue of worker slots, which the service itself keeps. A hop whose
+//! processor is the bottleneck has another queue that no slot sees: requests whose bytes have
+//! arrived but which its runtime has not yet found the time to read, and tasks ready to run that
+//! wait their turn. Past the processor's capacity that queue grows without bound, every request
+//! already in it is late, and work spent on a request that will miss its deadline further down
+//! is taken from the ones that could still make it. [`admit_on_lag`] refuses at arrival while the
+//! runtime runs late:
+//!
+//! ```text
+//! shed          if lag >= max_lag
+//! ```
+//!
+//! where `lag` is how late a timer the service set for itself fired (the layer measures it; a
+//! timer that is overdue now counts as late by what it is overdue). A refusal at arrival costs
+//! the hop the request's head, already read, and a short answer: no work, no call downstream.
+//! Unlike the rules above it does not need a deadline or a busy slot, since a runtime running
+//! late delays every request alike.
+//!
 //! # Why this bound
 //!
 //! If every busy worker finishes within `mean_work` and every waiter ahead works at most
@@ -116,6 +136,8 @@ pub struct Shed {
     min_useful: Duration,
     /// The cap on the wait, when it is what refused the request.
     max_wait: Option<Duration>,
+    /// The runtime's lag and the most allowed, when that is what refused the request.
+    lag: Option<(Duration, Duration)>,
 }
 
 impl Shed {
@@ -138,10 +160,24 @@ impl Shed {
     pub fn max_wait(&self) -> Option<Duration> {
         self.max_wait
     }
+
+    /// How late the service's runtime ran and the most it allows, when the request was refused
+    /// for that ([`admit_on_lag`]).
+    pub fn lag(&self) -> Option<(Duration, Duration)> {
+        self.lag
+    }
 }
 
 impl fmt::Display for Shed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((lag, max_lag)) = self.lag {
+            return write!(
+                f,
+                "shed: the service runs {} ms late, more than the {} ms it allows",
+                lag.as_millis(),
+                max_lag.as_millis()
+            );
+        }
         if let Some(cap) = self.max_wait {
             return write!(
                 f,
@@ -216,6 +252,7 @@ pub fn admit_capped(
             expected_wait,
             min_useful: min_useful.unwrap_or_default(),
             max_wait,
+            lag: None,
         })
     };
     if let Some(cap) = max_wait.filter(|&cap| expected_wait > cap) {
@@ -240,6 +277,24 @@ pub fn admit_at_grant(deadline: Option<Deadline>, min_useful: Duration, now: Ins
             expected_wait: Duration::ZERO,
             min_useful,
             max_wait: None,
+            lag: None,
+        })
+    } else {
+        Admission::Admit
+    }
+}
+
+/// Applies the lag rule at arrival (see the [module docs](self#a-runtime-that-runs-late)): a
+/// request that arrives while the service's runtime runs `lag` late, `max_lag` or more, is shed,
+/// whatever its deadline (`remaining`, `None` without one, is only reported). Pure.
+pub fn admit_on_lag(lag: Duration, max_lag: Duration, remaining: Option<Duration>) -> Admission {
+    if lag >= max_lag {
+        Admission::Shed(Shed {
+            remaining: remaining.unwrap_or(Duration::MAX),
+            expected_wait: Duration::ZERO,
+            min_useful: Duration::ZERO,
+            max_wait: None,
+            lag: Some((lag, max_lag)),
         })
     } else {
         Admission::Admit

@@ -51,6 +51,60 @@ pub(super) fn validate(args: &LoadArgs) -> anyhow::Result<()> {
     if args.margin >= args.user_wait {
         bail!("--margin must be below --user-wait, or the user sends no budget");
     }
+    if args.max_lag == Some(0) {
+        bail!("--max-lag must be at least 1 ms");
+    }
+    if args.hop_slots == Some(0) {
+        bail!("--hop-slots must be at least 1");
+    }
+    if args.hop_max_queue_wait.is_some()
+        && args.hop_slots.is_none()
+        && args.hop_slots_per_rate.is_none()
+    {
+        bail!("--hop-max-queue-wait needs --hop-slots or --hop-slots-per-rate");
+    }
+    if args
+        .hop_slots_per_rate
+        .is_some_and(|f| !(f > 0.0 && f.is_finite() && f <= 100.0))
+    {
+        bail!("--hop-slots-per-rate must be above 0 and at most 100");
+    }
+    if args.hop_max_queue_wait == Some(0) {
+        bail!("--hop-max-queue-wait must be at least 1 ms");
+    }
+    if args.overload.is_some() {
+        if !(args.search_seconds > 0.0
+            && args.search_seconds.is_finite()
+            && args.search_seconds <= 600.0)
+        {
+            bail!(
+                "--search-seconds must be above 0 and at most 600, not {}",
+                args.search_seconds
+            );
+        }
+        if args.search_steps > 10 {
+            bail!(
+                "--search-steps must be at most 10, not {}",
+                args.search_steps
+            );
+        }
+        if !(args.slots_per_rate > 0.0
+            && args.slots_per_rate.is_finite()
+            && args.slots_per_rate <= 100.0)
+        {
+            bail!(
+                "--slots-per-rate must be above 0 and at most 100, not {}",
+                args.slots_per_rate
+            );
+        }
+        // The search may double the rate up to 100,000 a second, and the multiples offer up
+        // to 20 times the capacity: each run is held to the same bound on users.
+        if 100_000.0 * args.search_seconds > 1_000_000.0 {
+            bail!(
+                "--search-seconds must be at most 10 (the search may reach 100,000 users a second)"
+            );
+        }
+    }
     if let Some(mix) = &args.budget_mix
         && args.margin >= mix.shortest_wait()
     {
@@ -107,6 +161,20 @@ impl LoadArgs {
         }
         if self.absolute_deadline {
             extra.push_str("; users also send X-Request-Deadline");
+        }
+        if let Some(f) = self.hop_slots_per_rate {
+            extra.push_str(&format!("; gateway and orders {f} slots per user/s"));
+            if let Some(wait) = self.hop_max_queue_wait {
+                extra.push_str(&format!(", wait cap {wait} ms"));
+            }
+        } else if let Some(slots) = self.hop_slots {
+            extra.push_str(&format!("; gateway and orders {slots} slots"));
+            if let Some(wait) = self.hop_max_queue_wait {
+                extra.push_str(&format!(", wait cap {wait} ms"));
+            }
+        }
+        if let Some(max_lag) = self.max_lag {
+            extra.push_str(&format!("; every hop sheds at {max_lag} ms of runtime lag"));
         }
         let base = format!(
             "{}/s for {} s; inventory {} slots, {} ms ({} % of requests {} ms, seed {}), queue {}{}; users wait {}",

@@ -75,6 +75,9 @@ pub(super) fn summarize(
         shed_p99_ms: percentile(refusals, 0.99),
         inventory_worker_ms_on_missed,
         database: None,
+        peak_fds: Vec::new(),
+        out_of_fds_lines: Vec::new(),
+        user_connections: None,
         calls_per_request_in_outage: outage
             .as_ref()
             .map(|o| o.inventory_calls as f64 / o.users as f64),

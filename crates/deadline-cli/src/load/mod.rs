@@ -7,10 +7,12 @@
 //! worst send lateness so a run can show it kept up.
 
 mod args;
+mod fds;
 mod figures;
 mod metrics;
 mod mix;
 mod outage;
+mod overload;
 mod table;
 mod users;
 
@@ -158,7 +160,58 @@ pub(crate) struct LoadArgs {
     /// the database's own time after users left, sampled from `pg_stat_activity`.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// Find the capacity first, then offer these multiples of it, both ways: M,M,... (like
+    /// 1,1.5,2,3). The capacity is the highest rate at which a short run with deadlines passes
+    /// `--check`'s conditions on that run (with inventory's slots at `--slots-per-rate` of the
+    /// rate) and the generator kept its schedule; the search starts at `--rate` and doubles
+    /// or halves, then bisects `--search-steps` times. Each multiple then runs `--seconds`
+    /// with inventory's slots as at the capacity. `--check` then checks the multiples.
+    #[arg(long, value_name = "M,...")]
+    overload: Option<overload::Multiples>,
+    /// With `--overload`: seconds of arrivals in each run of the capacity search.
+    #[arg(long, default_value_t = 3.0, requires = "overload")]
+    search_seconds: f64,
+    /// With `--overload`: how many times the search halves the interval between the highest
+    /// rate that passed and the lowest that failed.
+    #[arg(long, default_value_t = 3, requires = "overload")]
+    search_steps: u32,
+    /// With `--overload`: inventory's slots per user a second of the capacity search's rate
+    /// (at least 1), so the processors, not inventory's slots, set the capacity.
+    #[arg(long, default_value_t = 0.26, requires = "overload")]
+    slots_per_rate: f64,
+    /// With `--overload`: gateway's and orders' slots (`--hop-slots`) per user a second of the
+    /// search's rate, as inventory's: a limit on the requests each hop works on at once that
+    /// follows the probed rate, and stays at the capacity's for the multiples.
+    #[arg(
+        long,
+        value_name = "F",
+        requires = "overload",
+        conflicts_with = "hop_slots"
+    )]
+    hop_slots_per_rate: Option<f64>,
+    /// In the run with deadlines, every hop refuses at once (503, `Retry-After: 0`) what arrives
+    /// while its runtime runs this many ms late (`deadline service --max-lag`); gateway and
+    /// orders get `--hop-slots` (or a count too large to limit anything).
+    #[arg(long, value_name = "MS")]
+    max_lag: Option<u64>,
+    /// In the run with deadlines, gateway's and orders' worker slots (`deadline service
+    /// --slots`): a fixed limit on the requests each works on at once.
+    #[arg(long, value_name = "N")]
+    hop_slots: Option<usize>,
+    /// In the run with deadlines, gateway and orders refuse at once a request whose expected
+    /// wait for one of their `--hop-slots` exceeds this many ms.
+    #[arg(long, value_name = "MS")]
+    hop_max_queue_wait: Option<u64>,
+    /// Start every service under `nice -n N`, below the generator's priority: the generator
+    /// stands for users on other machines, and on shared cores it must not fall behind its
+    /// schedule because the services it measures took them. Default 10 with `--overload`, else 0.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=19))]
+    services_nice: Option<u8>,
 }
+
+/// The slots a hop without a limit of its own is given so that a rule weighed at its slots
+/// (`--max-lag`) applies: more than any load here keeps in flight.
+const UNLIMITED_SLOTS: usize = 1_000_000;
 
 /// One run's figures. Field names are part of the `--json` interface: add fields, rename none.
 #[derive(Debug, Clone, Serialize)]
@@ -237,6 +290,13 @@ pub(crate) struct LoadRun {
     /// With `--postgres`: the database's own figures, from `pg_stat_activity`.
     #[serde(flatten)]
     database: Option<crate::pg::DbFigures>,
+    /// The most file descriptors each service held at once during the run (sampled every
+    /// 500 ms), edge first (Linux only).
+    peak_fds: Vec<Option<usize>>,
+    /// Lines each service logged about running out of file descriptors, edge first.
+    out_of_fds_lines: Vec<usize>,
+    /// Connections the users opened (HTTP/1.1 users; `None` for gRPC's one connection).
+    user_connections: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -278,6 +338,22 @@ fn hops_for(args: &LoadArgs, deadlines: bool, tag: &str) -> Vec<crate::harness::
                 .extend(["--max-queue-wait".to_owned(), max_wait.to_string()]);
         }
     }
+    if deadlines && (args.max_lag.is_some() || args.hop_slots.is_some()) {
+        for hop in hops.iter_mut() {
+            if hop.name != "inventory" {
+                let slots = args.hop_slots.unwrap_or(UNLIMITED_SLOTS);
+                hop.args.extend(["--slots".to_owned(), slots.to_string()]);
+                if let Some(wait) = args.hop_max_queue_wait {
+                    hop.args
+                        .extend(["--max-queue-wait".to_owned(), wait.to_string()]);
+                }
+            }
+            if let Some(max_lag) = args.max_lag {
+                hop.args
+                    .extend(["--max-lag".to_owned(), max_lag.to_string()]);
+            }
+        }
+    }
     if deadlines && args.absolute_deadline {
         let last = hops.len().saturating_sub(1);
         for (i, hop) in hops.iter_mut().enumerate() {
@@ -314,19 +390,34 @@ async fn run_once(
         Some(url) => Some(crate::pg::Sampler::start(url, &tag).await?),
         None => None,
     };
-    let client = Users::new(args.protocol);
+    let (clients, opened) = match args.protocol {
+        Protocol::Http1 => {
+            let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let clients = users::source_addresses(chain.edge_url())
+                .into_iter()
+                .map(|local| Users::Http(crate::users::counted_user_client(local, opened.clone())))
+                .collect();
+            (clients, Some(opened))
+        }
+        Protocol::Grpc => (vec![Users::new(args.protocol)], None),
+    };
     let url: Arc<str> = Arc::from(format!("{}/order", chain.edge_url()));
     let idle = hygiene::sample_all(&chain).await?;
+    let out_of_fds = chain.out_of_fds_lines();
+    let fd_peaks = fds::FdPeaks::start(chain.pids().into_iter().map(|(_, pid)| pid).collect());
     let generator_before = ProcessUsage::of("generator", None);
     let start_wall = epoch_ms_now();
-    let outcomes = send_users(args, deadlines, &client, url, progress).await?;
+    let outcomes = send_users(args, deadlines, &clients, url, progress).await?;
     // The users are gone: close their pooled connections, then wait for the services to give
     // back what the run used.
-    drop(client);
+    drop(clients);
+    let peak_fds = fd_peaks.stop().await;
     let hygiene = hygiene::settle(&chain, &idle, Instant::now()).await?;
     let service_metrics = metrics::read_all(&chain).await?;
     let (holds, services) = chain.stop_with_usage().await?;
     let generator = ProcessUsage::of("generator", None);
+    // Each service has exited: give its last lines of standard error a moment to be read.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let left: HashMap<String, f64> = outcomes
         .iter()
         .map(|o| (o.id.clone(), o.left_at_ms))
@@ -344,18 +435,36 @@ async fn run_once(
     run.generator_peak_rss_kib = generator.peak_rss_kib;
     run.hygiene = hygiene;
     run.metrics = service_metrics;
+    run.peak_fds = peak_fds;
+    run.out_of_fds_lines = out_of_fds
+        .iter()
+        .map(|(_, n)| n.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    run.user_connections = opened.map(|n| n.load(std::sync::atomic::Ordering::Relaxed));
     Ok(run)
 }
 
 pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     validate(&args)?;
-    let placement = args.placement.resolve()?;
+    let mut placement = args.placement.resolve()?;
+    let nice = args
+        .services_nice
+        .unwrap_or(if args.overload.is_some() { 10 } else { 0 });
+    if nice > 0 {
+        placement = placement.niced(nice);
+    }
     let progress = ProgressBar::new(0);
     progress.set_style(
         ProgressStyle::with_template("{msg:>18} [{bar:40}] {pos}/{len} users, {elapsed}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
+    if let Some(multiples) = args.overload.clone() {
+        return tokio::select! {
+            code = overload::run(&args, &multiples, &placement, &progress) => code,
+            _ = tokio::signal::ctrl_c() => bail!("interrupted; the services were stopped"),
+        };
+    }
     let modes: Vec<bool> = match args.only.as_deref() {
         Some("with") => vec![true],
         Some("without") => vec![false],
@@ -398,6 +507,11 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             println!("{warning}");
         }
     }
+    Ok(conclude(&args, &check))
+}
+
+/// The lines after a table: where the chart went and the check's verdict; and the exit code.
+fn conclude(args: &LoadArgs, check: &Check) -> ExitCode {
     if let Some(path) = &args.svg {
         println!("Chart written to {}.", path.display());
     }
@@ -411,7 +525,7 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(exit(args.check, check.passed))
+    exit(args.check, check.passed)
 }
 
 fn exit(checking: bool, passed: bool) -> ExitCode {

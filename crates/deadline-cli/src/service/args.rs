@@ -85,6 +85,12 @@ pub(crate) struct ServiceArgs {
     /// `--admission`.
     #[arg(long, value_name = "MS")]
     pub max_queue_wait: Option<u64>,
+    /// Refuse at once (503, `Retry-After: 0`) every request that arrives while this service's
+    /// runtime runs this many ms late or more (a timer it sets every 5 ms fires that late): its
+    /// processor is then the bottleneck, and work started now would be taken from the requests
+    /// already admitted. Needs `--slots` (a large count adds no limit of its own).
+    #[arg(long, value_name = "MS")]
+    pub max_lag: Option<u64>,
     /// Milliseconds kept back from each budget to write the reply.
     #[arg(long, default_value_t = 10)]
     pub reserve: u64,
@@ -270,6 +276,12 @@ fn check_work(args: &ServiceArgs) -> anyhow::Result<()> {
     }
     if args.max_queue.is_some() && args.slots.is_none() {
         bail!("--max-queue needs --slots: without a limit no request ever waits");
+    }
+    if args.max_lag.is_some() && args.slots.is_none() {
+        bail!("--max-lag needs --slots (a large count adds no limit of its own)");
+    }
+    if args.max_lag == Some(0) {
+        bail!("--max-lag must be at least 1 ms");
     }
     if args.admission_min_useful.is_some() && !args.admission {
         bail!("--admission-min-useful needs --admission");

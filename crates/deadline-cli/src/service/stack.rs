@@ -44,6 +44,9 @@ pub(super) fn enforce_layer(
     if let Some(max_wait) = args.max_queue_wait {
         enforce = enforce.max_queue_wait(Duration::from_millis(max_wait));
     }
+    if let Some(max_lag) = args.max_lag {
+        enforce = enforce.max_runtime_lag(Duration::from_millis(max_lag));
+    }
     if let Some(slots) = args.slots {
         // Never unbounded: a budget-less request waits as long as the queue is, and a flood
         // of them held a task and its request each, without limit.

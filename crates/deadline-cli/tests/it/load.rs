@@ -121,3 +121,132 @@ fn bad_arguments_are_clear_errors() {
         assert!(err.contains("error: --"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn bad_overload_arguments_are_clear_errors() {
+    for (args, says) in [
+        (&["--overload", "0"][..], "--overload"),
+        (&["--overload", "1,1"], "--overload"),
+        (&["--overload", "x"], "--overload"),
+        (
+            &["--overload", "2", "--search-seconds", "0"],
+            "--search-seconds",
+        ),
+        (
+            &["--overload", "2", "--search-steps", "11"],
+            "--search-steps",
+        ),
+        (
+            &["--overload", "2", "--slots-per-rate", "0"],
+            "--slots-per-rate",
+        ),
+        (
+            &["--overload", "2", "--hop-slots-per-rate", "0"],
+            "--hop-slots-per-rate",
+        ),
+        (&["--hop-max-queue-wait", "50"], "--hop-max-queue-wait"),
+        (&["--max-lag", "0"], "--max-lag"),
+        (&["--search-seconds", "3"], "--overload"),
+    ] {
+        let out = bin().arg("load").args(args).output().unwrap();
+        let code = out.status.code();
+        assert!(
+            code == Some(1) || code == Some(2),
+            "{args:?}: a clear error, not a panic ({code:?})"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// The capacity search and one multiple, in short runs: the JSON's rows follow the capacity the
+/// search found, and every figure the table prints is there.
+#[test]
+fn overload_offers_multiples_of_the_capacity_it_found() {
+    let out = bin()
+        .args([
+            "load",
+            "--overload",
+            "2",
+            "--rate",
+            "100",
+            "--search-seconds",
+            "1",
+            "--search-steps",
+            "0",
+            "--seconds",
+            "1",
+            "--only",
+            "with",
+            "--hop-slots-per-rate",
+            "0.2",
+            "--hop-max-queue-wait",
+            "50",
+            "--json",
+        ])
+        .output()
+        .expect("load runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let capacity = &json["capacity"];
+    let rate = capacity["rate"].as_f64().unwrap();
+    let probes = capacity["probes"].as_array().unwrap();
+    assert!(
+        probes
+            .iter()
+            .any(|p| p["rate"].as_f64() == Some(rate) && p["passed"] == true),
+        "{capacity}"
+    );
+    // Every rate that passed is at most the capacity; every rate that failed is above it.
+    for probe in probes {
+        let r = probe["rate"].as_f64().unwrap();
+        if probe["passed"] == true {
+            assert!(r <= rate, "{probe}");
+        } else {
+            assert!(r > rate, "{probe}");
+            assert!(!probe["failures"].as_array().unwrap().is_empty(), "{probe}");
+        }
+    }
+    assert_eq!(
+        capacity["slots"].as_u64().unwrap(),
+        (rate * 0.26).ceil() as u64
+    );
+    assert_eq!(
+        capacity["hop_slots"].as_u64().unwrap(),
+        (rate * 0.2).ceil() as u64
+    );
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "one multiple, one way");
+    let row = &rows[0];
+    assert_eq!(row["multiple"].as_f64(), Some(2.0));
+    assert_eq!(row["offered_per_s"].as_f64(), Some((rate * 2.0).round()));
+    assert_eq!(row["deadlines"], true);
+    let valid = row["send_lateness_p99_ms"].as_f64().unwrap() <= 50.0;
+    assert_eq!(row["valid"], valid, "{row}");
+    let services = row["services"].as_array().unwrap();
+    let names: Vec<&str> = services
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["gateway", "orders", "inventory"]);
+    for service in services {
+        assert!(service["cpu_s"].as_f64().is_some(), "{service}");
+        assert!(service["peak_rss_mib"].as_f64().is_some(), "{service}");
+        assert!(
+            service["peak_fds"].as_u64().is_some_and(|n| n > 0),
+            "{service}"
+        );
+        assert_eq!(service["out_of_fds_lines"], 0, "{service}");
+    }
+    // The run behind the row carries its own figures, and they agree.
+    assert_eq!(row["run"]["goodput_per_s"], row["goodput_per_s"]);
+    assert!(
+        row["connections_per_user"]
+            .as_f64()
+            .is_some_and(|c| c > 0.0)
+    );
+}

@@ -130,6 +130,7 @@ fn the_grant_recheck_uses_the_real_time_left() {
             expected_wait: Duration::ZERO,
             min_useful: ms(50),
             max_wait: None,
+            lag: None,
         })
     );
     assert_eq!(
@@ -536,5 +537,38 @@ fn simulated_overload_figures() {
                 "{load}x, bias {bias}: {run:?}"
             );
         }
+    }
+}
+
+#[test]
+fn the_lag_rule_sheds_from_its_bound_on_whatever_the_deadline() {
+    let max_lag = ms(20);
+    for remaining in [None, Some(ms(1)), Some(ms(10_000))] {
+        assert_eq!(admit_on_lag(ms(0), max_lag, remaining), Admission::Admit);
+        assert_eq!(admit_on_lag(ms(19), max_lag, remaining), Admission::Admit);
+        for lag in [ms(20), ms(21), Duration::MAX] {
+            let Admission::Shed(shed) = admit_on_lag(lag, max_lag, remaining) else {
+                panic!("{lag:?} late admitted with {remaining:?} left");
+            };
+            assert_eq!(shed.lag(), Some((lag, max_lag)));
+            assert_eq!(shed.max_wait(), None);
+            assert_eq!(shed.remaining(), remaining.unwrap_or(Duration::MAX));
+        }
+    }
+    let Admission::Shed(shed) = admit_on_lag(ms(35), max_lag, None) else {
+        panic!("35 ms late admitted");
+    };
+    assert_eq!(
+        shed.to_string(),
+        "shed: the service runs 35 ms late, more than the 20 ms it allows"
+    );
+}
+
+proptest! {
+    /// The lag rule's one property: it sheds exactly from its bound on, and nothing else matters.
+    #[test]
+    fn the_lag_rule_is_a_bound_on_the_lag(lag in 0u64..10_000, max in 1u64..10_000, left in proptest::option::of(0u64..10_000)) {
+        let decision = admit_on_lag(ms(lag), ms(max), left.map(ms));
+        prop_assert_eq!(matches!(decision, Admission::Shed(_)), lag >= max);
     }
 }

@@ -71,6 +71,7 @@ impl EnforceDeadlineLayer {
                 min_useful: None,
                 max_queue_wait: None,
                 max_queue: None,
+                max_lag: None,
                 #[cfg(feature = "baseline")]
                 enforce: true,
                 sources: super::sources::Sources::default(),
@@ -113,7 +114,8 @@ impl EnforceDeadlineLayer {
         self.settings.slots = Some(Arc::new(
             Slots::new(slots, self.settings.queue, self.settings.min_useful)
                 .max_wait(self.settings.max_queue_wait)
-                .max_queue(self.settings.max_queue),
+                .max_queue(self.settings.max_queue)
+                .max_lag(self.settings.max_lag),
         ));
         self
     }
@@ -165,6 +167,18 @@ impl EnforceDeadlineLayer {
     /// about `max_wait` rather than most of their budget.
     pub fn max_queue_wait(mut self, max_wait: Duration) -> Self {
         self.settings.max_queue_wait = Some(max_wait);
+        self.remake_slots()
+    }
+
+    /// A bound on how late the service's runtime may run: while a timer the layer sets for
+    /// itself every 5 ms fires `max_lag` late or more (or is overdue by that much), every
+    /// arrival is refused at once with 503 and `Retry-After: 0` (outcome `shed`), free slot or
+    /// not, budget or not, before it costs any work or a call downstream. A hop whose processor
+    /// is the bottleneck then spends it on the requests it admitted instead of on requests that
+    /// would miss their deadlines anyway. Default off; only matters with
+    /// [`slots`](Self::slots) (give a hop that needs no limit of its own a large count).
+    pub fn max_runtime_lag(mut self, max_lag: Duration) -> Self {
+        self.settings.max_lag = Some(max_lag);
         self.remake_slots()
     }
 

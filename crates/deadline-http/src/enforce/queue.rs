@@ -34,6 +34,16 @@
 //! ([`admit_at_grant`](deadline::admission::admit_at_grant)). A cap on the expected wait
 //! ([`admit_capped`](deadline::admission::admit_capped)) is weighed at arrival the same way, and
 //! only there.
+//!
+//! # A runtime running late
+//!
+//! With a bound on the runtime's lag ([`Slots::max_lag`]), an arrival is first weighed by the
+//! core's [`admit_on_lag`](deadline::admission::admit_on_lag) against how late the service's
+//! own timer fires ([`lag`]): while the processor is the bottleneck, every arrival is refused
+//! at once, free slot or not, before it costs any work or a call downstream. It is checked
+//! before the lock, with two atomic loads and one clock read.
+
+mod lag;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -117,6 +127,10 @@ pub(crate) struct Slots {
     max_wait: Option<Duration>,
     /// The longest the wait list may grow, if bounded.
     max_queue: Option<usize>,
+    /// The most the runtime may run late before arrivals are refused, if bounded.
+    max_lag: Option<Duration>,
+    /// How late the runtime runs (read only with `max_lag`).
+    lag: lag::LagClock,
 }
 
 /// Everything behind the lock.
@@ -153,6 +167,7 @@ impl fmt::Debug for Slots {
             .field("order", &self.order)
             .field("min_useful", &self.min_useful)
             .field("max_wait", &self.max_wait)
+            .field("max_lag", &self.max_lag)
             .finish()
     }
 }
@@ -188,7 +203,16 @@ impl Slots {
             min_useful,
             max_wait: None,
             max_queue: None,
+            max_lag: None,
+            lag: lag::LagClock::new(),
         }
+    }
+
+    /// The same slots refusing every arrival while the runtime runs `max_lag` late or more
+    /// (`None`: no bound).
+    pub(crate) fn max_lag(mut self, max_lag: Option<Duration>) -> Slots {
+        self.max_lag = max_lag;
+        self
     }
 
     /// The same slots with admission's cap on the expected wait (`None`: no cap).
@@ -222,6 +246,15 @@ impl Slots {
     /// A request with `deadline` (if any) arrives: takes a free slot, joins the wait list, or
     /// (with admission on) is shed. The clock is read only to weigh a request for admission.
     pub(crate) fn arrive(self: &Arc<Self>, deadline: Option<Deadline>) -> Arrival {
+        if let Some(max_lag) = self.max_lag {
+            let now = Instant::now();
+            let remaining = deadline.map(|d| d.remaining(time::to_std(now)));
+            if let Admission::Shed(shed) =
+                admission::admit_on_lag(self.lag.lag(now), max_lag, remaining)
+            {
+                return Arrival::Shed(shed);
+            }
+        }
         let mut list = self.lock();
         if list.free > 0 {
             list.free -= 1;

@@ -32,6 +32,8 @@ pub(crate) struct HopSettings {
     pub(super) max_queue_wait: Option<Duration>,
     /// The longest the slots' wait list may grow, if bounded.
     pub(super) max_queue: Option<usize>,
+    /// The most the runtime may run late before arrivals are refused, if bounded.
+    pub(super) max_lag: Option<Duration>,
     /// `false` in baseline mode.
     #[cfg(feature = "baseline")]
     pub(super) enforce: bool,

@@ -324,3 +324,47 @@ async fn a_full_queue_refuses_requests_with_or_without_a_budget() {
         .count();
     assert_eq!(shed, 2);
 }
+
+/// With a bound on the runtime's lag, every arrival is refused at once while the layer's own
+/// timer is overdue by the bound or more — free slot or not, budget or not — and served again
+/// once the timers fire on time.
+#[tokio::test(start_paused = true)]
+async fn a_runtime_running_late_sheds_every_arrival_until_it_catches_up() {
+    let starts = Starts::default();
+    let holds = Holds::default();
+    let service = holds
+        .layer()
+        .slots(1_000)
+        .max_runtime_lag(20 * MS)
+        .layer(starts.service());
+    // On time: served (and the first arrival starts the layer's timer).
+    let first = send(&service, "/first/10", Some("5000")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    // The clock jumps 40 ms with no timer fired on the way: the runtime is that far behind.
+    tokio::time::advance(40 * MS).await;
+    for (label, budget) in [("none", None), ("budget", Some("5000"))] {
+        let refused = service
+            .clone()
+            .oneshot(request(&format!("/{label}/10"), budget))
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "{label}");
+        assert_eq!(refused.headers().get(RETRY_AFTER).unwrap(), "0");
+        let body = text(refused).await;
+        assert!(
+            body.contains("ms late, more than the 20 ms it allows"),
+            "{body}"
+        );
+    }
+    // Once its timers fire on time again, it serves.
+    tokio::time::sleep(20 * MS).await;
+    let again = send(&service, "/again/10", Some("5000")).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(starts.take(), ["first", "again"]);
+    let shed = holds
+        .take()
+        .iter()
+        .filter(|h| h.outcome == HoldOutcome::Shed)
+        .count();
+    assert_eq!(shed, 2);
+}
