@@ -14,7 +14,7 @@ use tokio_postgres::{Client, Row};
 use crate::error::Error;
 use crate::record::{Outcome, Record};
 use crate::settings::{ConnectionKey, SessionLimit, SessionLimits, Settings};
-use crate::statement::{RESET, Runner, Shared, Sql};
+use crate::statement::{RESET, Runner, Shared, Sql, absorb_late_cancel};
 
 /// Statement parameters, as tokio-postgres takes them.
 pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
@@ -224,13 +224,24 @@ impl Drop for Connection {
             return;
         };
         runtime.spawn(async move {
-            if let Some(cancel) = cancel {
-                let _ = cancel.await;
-            }
+            let cancelled = match cancel {
+                Some(cancel) => {
+                    let _ = cancel.await;
+                    true
+                }
+                None => false,
+            };
             // Queued behind the interrupted statement (and any ROLLBACK of a dropped
-            // transaction): it answers once they have ended.
+            // transaction): it answers once they have ended. After a cancel request, a fence
+            // first, so a cancel the server acts on late cannot stop the next user's statement.
             SessionLimits::all().note(key, None);
-            match tokio::time::timeout(limit, object.batch_execute(RESET)).await {
+            let clean = async {
+                if cancelled {
+                    absorb_late_cancel(&object).await?;
+                }
+                object.batch_execute(RESET).await
+            };
+            match tokio::time::timeout(limit, clean).await {
                 Ok(Ok(())) => {
                     // Clean: back to the pool, with the session's default limit.
                     SessionLimits::all().note(key, Some(SessionLimit::Default));

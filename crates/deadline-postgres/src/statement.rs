@@ -178,6 +178,11 @@ impl Runner<'_> {
         F: FnOnce(S) -> Fut,
         Fut: Future<Output = Result<T, tokio_postgres::Error>>,
     {
+        if self.shared.interrupted.load(Ordering::SeqCst) {
+            // The caller goes on with a connection whose last statement it dropped: that
+            // statement, and a cancel sent for it, must be over before this one starts.
+            self.settle().await.map_err(Error::Postgres)?;
+        }
         let context = DeadlineContext::current();
         let cutoff = context.as_ref().and_then(DeadlineContext::cutoff);
         let mut record = Record::start(self.settings, context.clone());
@@ -192,7 +197,11 @@ impl Runner<'_> {
                 armed: true,
             };
             let limits = SessionLimits::all();
-            let result = if limits.get(self.key) == Some(SessionLimit::Default) {
+            let result = if !self.settings.server_limit
+                || limits.get(self.key) == Some(SessionLimit::Default)
+            {
+                // Without server-side limits the crate sets none, so there is none to reset
+                // (behind a pooler that refuses `SET`, a `RESET` would fail every statement).
                 async { execute(prepare.await?).await }.await
             } else {
                 // A limit a statement under a deadline left (or one not known): put the
@@ -207,8 +216,15 @@ impl Runner<'_> {
                 );
                 if reset.is_ok() && !self.local {
                     limits.note(self.key, Some(SessionLimit::Default));
+                } else if reset.is_err() && result.is_ok() {
+                    // The statement ran (and may have changed rows): its result stands. The
+                    // limit is not known, so the hand-back resets it or closes the connection.
+                    self.shared.interrupted.store(true, Ordering::SeqCst);
                 }
-                reset.and(result)
+                match result {
+                    Ok(value) => Ok(value),
+                    Err(e) => Err(reset.err().unwrap_or(e)),
+                }
             };
             flight.disarm();
             if let Err(e) = &result {
@@ -317,6 +333,25 @@ impl Runner<'_> {
         }
     }
 
+    /// Ends the interruption of a connection whose caller goes on using it: waits for the
+    /// cancel request in flight (if any), absorbs a late cancel ([`absorb_late_cancel`]) and
+    /// forgets the connection's limit, which the dropped statement may have left set.
+    async fn settle(&self) -> Result<(), tokio_postgres::Error> {
+        let cancel = self
+            .shared
+            .cancel
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(cancel) = cancel {
+            let _ = cancel.await;
+            absorb_late_cancel(self.client).await?;
+        }
+        SessionLimits::all().note(self.key, None);
+        self.shared.interrupted.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Marks the connection broken when `e` says its session is over: the client has seen the
     /// connection end, or the server sent a `FATAL` (or `PANIC`) error, after which it closes
     /// the session. Nothing else may be queued behind such a statement to fail with it (outside
@@ -358,6 +393,26 @@ impl Runner<'_> {
             remaining,
             needed,
         }
+    }
+}
+
+/// A statement that takes a moment, run on a connection after a cancel request was sent for
+/// it (see [`absorb_late_cancel`]).
+pub(crate) const FENCE: &str = "SELECT pg_sleep(0.05)";
+
+/// Runs [`FENCE`] after a cancel request for `client`'s statement has been sent, so that a
+/// cancel the server acts on late stops the fence, not the next user's statement.
+///
+/// The cancel request returns once it is written; the server signals the backend a moment
+/// later. A signal that reaches the backend while it waits for a command is ignored, one that
+/// reaches it while a statement runs cancels that statement, whichever it is. The fence is the
+/// statement that runs then: its `57014` (query cancelled) is the late cancel, absorbed.
+/// A signal later than the fence's 50 ms would still land on whatever runs next; that window
+/// is closed only by reading the cancel connection to its end, which tokio-postgres does not.
+pub(crate) async fn absorb_late_cancel(client: &Client) -> Result<(), tokio_postgres::Error> {
+    match client.batch_execute(FENCE).await {
+        Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => Ok(()),
+        other => other,
     }
 }
 

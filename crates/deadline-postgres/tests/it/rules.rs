@@ -331,6 +331,24 @@ async fn without_a_deadline_a_dropped_statement_is_cancelled_on_the_server() {
     assert_eq!(row.get::<_, i32>(0), 42);
 }
 
+/// Rule: a caller that drops a statement outside any deadline (it is cancelled) and goes on
+/// with the same connection gets its next statement run, never stopped by that cancel arriving
+/// late. The drop is timed to land as the statement ends, where the cancel is most often late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_dropped_statement_the_next_one_on_the_same_connection_is_not_cancelled() {
+    let pool = pool(1).await;
+    let conn = pool.get().await.unwrap();
+    for round in 0..40_u64 {
+        let sql = format!("SELECT pg_sleep(0.03) /* round {round} */");
+        let _ = tokio::time::timeout(ms(25 + round % 10), conn.query(sql.as_str(), &[])).await;
+        let row = conn
+            .query_one("SELECT 41 + 1", &[])
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the next statement failed: {e}"));
+        assert_eq!(row.get::<_, i32>(0), 42);
+    }
+}
+
 /// Regression: callers without a budget who hung up while their statements waited on a table
 /// lock held elsewhere left every pooled session waiting on the lock, never cancelled: the
 /// pool was pinned for as long as the lock was held, budgeted requests got 504 at the pool
