@@ -4,8 +4,8 @@
 pinned_pool: a table lock held elsewhere (a `psql` session), then more callers without a budget
 than the service's pool holds, each hanging up once its statement waits on the lock. Figures:
 how many of their statements still wait on the lock 1 s after the callers left (each pins a
-pooled session for as long as the lock is held), and the answer to a budgeted request sent once
-the lock goes. With --check it fails unless none waits and the budgeted request is served.
+pooled session for as long as the lock is held), and the answer to a budgeted request sent while
+the lock is held, read once the lock goes. With --check it fails unless none waits and the budgeted request is served.
 
 Usage: python3 scripts/attack-stores.py BIN [--check] [--callers N] [--pool N]
 The database is DEADLINE_TEST_POSTGRES (default postgres://postgres@127.0.0.1:5432/test);

@@ -13,7 +13,7 @@
 #   enforce-all, with a budget > peer + ALL_OVER_PEER_MAX instructions              (default 5000)
 #   chain-deadline             > chain-peer x CHAIN_RATIO_MAX                      (default 1.03, the goal)
 #
-# `enforce` has the library's defaults (CONTRACT 21): the trace on an answer to a request that
+# `enforce` has the library's defaults: the trace on an answer to a request that
 # carried a budget, no `Server-Timing`, no context for a request without a budget; `enforce-all`
 # writes both headers on every answer and makes a context for every request (the defaults
 # before, and `deadline service`). The goals are peer + 2,000 with a budget (the trace on) and

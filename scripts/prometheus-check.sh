@@ -143,6 +143,7 @@ for mode in without with; do
     for service in gateway orders inventory; do
         m="$run.metrics[] | select(.name == \"$service\")"
         outcomes=$(J "$m | .requests | keys | join(\" \")")
+        [ -n "$outcomes" ] || fail "$mode $service: the load's report counts no requests"
         for outcome in $outcomes; do
             want=$(J "$m | .requests[\"$outcome\"]")
             got=$(q "max_over_time(deadline_requests_total{$(sel $service),outcome=\"$outcome\"}[15m])")

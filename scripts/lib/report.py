@@ -56,6 +56,12 @@ class _Dict(dict):
     def get(self, key, default=None):
         raise TypeError(f"read {key!r} with need(), not .get(): a missing field must fail the check")
 
+    def _refused(self, *args, **kwargs):
+        raise TypeError("read a report's fields with need(): a missing field must fail the check")
+
+    # Every other way in: iteration, membership, views, copies.
+    __iter__ = __contains__ = keys = values = items = copy = setdefault = pop = _refused
+
 
 class _List(list):
     """A report's list that knows where it sits; its items do too."""
@@ -99,7 +105,7 @@ def need(doc, *path, allow_null=False, where=None):
     for i, step in enumerate(path):
         last = i == len(path) - 1
         if isinstance(value, dict) and not isinstance(step, int):
-            if step not in value:
+            if not dict.__contains__(value, step):
                 raise Missing(where, path[: i + 1], "missing")
             value = dict.__getitem__(value, step)
         elif isinstance(value, list) and isinstance(step, int):
@@ -116,6 +122,15 @@ def need(doc, *path, allow_null=False, where=None):
     return _tracked(value, full, getattr(doc, "where", where))
 
 
+def _plain(value):
+    """`value` as plain dicts and lists (the report's own refuse to be walked)."""
+    if isinstance(value, dict):
+        return {k: _plain(dict.__getitem__(value, k)) for k in dict.keys(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in list.__iter__(value)]
+    return value
+
+
 def _steps(text):
     return [int(s) if s.lstrip("-").isdigit() else s for s in text.split(".")]
 
@@ -128,7 +143,7 @@ def main(argv):
     for text in argv[2:]:
         allow_null = text.startswith("?")
         value = need(doc, *_steps(text.lstrip("?")), allow_null=allow_null, where=argv[1])
-        values.append("null" if value is None else json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value))
+        values.append("null" if value is None else json.dumps(_plain(value)) if isinstance(value, (dict, list, bool)) else str(value))
     print("\t".join(values))
 
 

@@ -58,8 +58,10 @@ pub(crate) struct PostgresArgs {
     #[arg(long, default_value_t = 2_000, requires = "postgres")]
     pub postgres_idle_timeout: u64,
     /// The server-side limit (`statement_timeout`) of a statement run for a request without a
-    /// budget, in ms; 0 leaves the database's own setting. A statement under a budget gets what
-    /// is left of it instead. Not applied when the URL's `options` set `statement_timeout`.
+    /// budget, in ms, set in the connection's startup options, so it overrides a role's or
+    /// database's `statement_timeout`; 0 leaves the database's own setting. A statement under a
+    /// budget gets what is left of it instead. Not applied when the URL's `options` set
+    /// `statement_timeout`.
     #[arg(long, default_value_t = 30_000, requires = "postgres")]
     pub postgres_statement_limit: u64,
     /// The longest a request without a budget waits for a pooled database connection, in ms,

@@ -10,8 +10,10 @@
 //! every operation on the paths that go on across a broker restart ([`Broker`](crate::Broker)
 //! and a [`Consumer`](crate::Consumer)'s subscription and settlements), is awaited in slices of
 //! [`LIVENESS`] and given up with an error once, between two slices, its connection or channel
-//! no longer reads as up. An operation on a live connection is never cut short, however long
-//! the broker takes (a connection blocked by a broker alarm still reads as up).
+//! no longer reads as up. This module never cuts short an operation on a live connection,
+//! however long the broker takes (a connection blocked by a broker alarm still reads as up);
+//! a publish has bounds of its own on top, its message's expiry and the broker's give-up time
+//! (the [`produce`](crate::produce) module).
 
 use std::future::Future;
 use std::time::Duration;

@@ -339,7 +339,9 @@ impl Broker {
             // not hold the publish forever, so between slices the connection is looked at.
             let publish = producer.publish_with(routing_key, payload, expiry, properties.clone());
             tokio::pin!(publish);
-            let give_up = started + give_up_after;
+            // From this attempt's start, once its connection is up: a re-dial that took until
+            // past the first attempt's give-up time must not give up the new attempt at once.
+            let give_up = Instant::now() + give_up_after;
             let outcome = loop {
                 let slice = (Instant::now() + LIVENESS).min(give_up);
                 match tokio::time::timeout_at(slice, &mut publish).await {
@@ -351,7 +353,7 @@ impl Broker {
                     // resource alarm) is waited for no longer than a dead one.
                     Err(_) if Instant::now() >= give_up => {
                         return Err(PublishError::GaveUp {
-                            waited: Instant::now().saturating_duration_since(started),
+                            waited: give_up_after,
                             blocked: producer.look_blocked(routing_key),
                         });
                     }

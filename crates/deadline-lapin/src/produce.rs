@@ -13,9 +13,11 @@
 //! warning, and no other until the connection has been seen unblocked again.
 //!
 //! A publish given up this way may still reach the broker when the alarm clears (its frames
-//! are queued on the connection): a message with an expiry is then discarded unworked, at the
-//! broker or by the consumer; one without may be delivered, so publishing it again can deliver
-//! it twice (at least once, as after a broker restart).
+//! are queued on the connection), or may have reached it with only its confirmation late: a
+//! message with an expiry is worked only if a consumer gets it before the expiry, and is
+//! discarded unworked after it, at the broker or by the consumer; one without expiry may be
+//! delivered, so publishing it again can deliver it twice (at least once, as after a broker
+//! restart).
 
 use std::fmt;
 use std::future::Future;
@@ -101,7 +103,8 @@ pub enum PublishError {
     Refused,
     /// The message expired before the broker confirmed it (a broker that has blocked the
     /// connection under a resource alarm answers nothing until the alarm clears). It may still
-    /// reach the broker later; it will be discarded unworked.
+    /// reach the broker, or have reached it with only its confirmation late: a consumer that
+    /// gets it before its expiry works it, one that gets it after discards it.
     ExpiredUnconfirmed {
         /// The instant it expired.
         at: WallInstant,
@@ -345,6 +348,10 @@ impl Producer {
             let look = Instant::now() + BLOCKED_LOOK;
             let end = until.map_or(look, |until| until.min(look));
             if let Ok(output) = tokio::time::timeout_at(end, &mut send).await {
+                if !self.status.blocked() {
+                    // Unblocked again (a confirmation came): the next block is a new spell.
+                    self.blocked_said.store(false, Ordering::Relaxed);
+                }
                 return Some(output);
             }
             self.look_blocked(routing_key);

@@ -139,6 +139,13 @@ impl DeadlinePool {
     /// it off only behind a pooler that refuses `SET`: the statement is then stopped only by
     /// the cancel request at its local timer, so a process that dies (or a cancel that cannot
     /// reach the server) leaves it running to its end.
+    ///
+    /// Behind a pooler that hands server connections out per transaction (PgBouncer's
+    /// transaction mode), a statement outside a transaction gets a plain `SET`, which this
+    /// crate keeps on the connection for the statements after it: there it stays on a server
+    /// connection other clients are given. Run such statements inside a
+    /// [`transaction`](crate::Connection::transaction) (`SET LOCAL`, undone at its end), or turn
+    /// this off.
     pub fn statement_timeout(mut self, on: bool) -> DeadlinePool {
         self.settings_mut().server_limit = on;
         self

@@ -223,7 +223,7 @@ impl RunReport {
     }
 }
 
-/// The JSON document: the settings and `runs[]` (CONTRACT 15's keys, and a few more).
+/// The JSON document: the settings and `runs[]` (the keys the jobs report has always had, and a few more).
 pub(crate) fn json(settings: &Settings, runs: &[RunReport]) -> Value {
     json!({
         "broker": redacted(&settings.broker),

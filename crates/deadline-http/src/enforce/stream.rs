@@ -8,7 +8,7 @@
 //! |---|---|
 //! | HTTP/1.1 | the connection is closed without the final chunk (or short of `Content-Length`): the client reads an incomplete message |
 //! | HTTP/2 | the stream is reset: `RST_STREAM` with `CANCEL` |
-//! | gRPC | the messages already sent, then trailers `grpc-status: 4` (DEADLINE_EXCEEDED) and a `grpc-message` naming the service, with a `Server-Timing` trailer |
+//! | gRPC | the messages already sent, then trailers `grpc-status: 4` (DEADLINE_EXCEEDED) and a `grpc-message` naming the service, with a `Server-Timing` trailer when `server_timing(true)` |
 //!
 //! The first two come from the same thing: the body fails with a [`StreamCut`] error. hyper
 //! closes an HTTP/1.1 connection whose response body fails, and resets an HTTP/2 stream with

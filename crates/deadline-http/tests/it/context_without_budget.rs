@@ -193,7 +193,7 @@ async fn a_request_without_a_context_is_refused_when_the_queue_is_full() {
     assert_eq!(outcomes, [HoldOutcome::Ok, HoldOutcome::Shed]);
 }
 
-/// The defaults (CONTRACT 21): no context, no trace for a request without a budget; a context,
+/// The defaults (each request pays only for what its caller can use): no context, no trace for a request without a budget; a context,
 /// a deadline and the trace for one with a budget. `context_without_budget(true)` gives the
 /// first a context again.
 #[tokio::test]

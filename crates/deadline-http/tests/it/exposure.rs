@@ -46,7 +46,7 @@ const SPENT: (&str, &str) = ("deadline-budget-ms", "0");
 const MALFORMED: (&str, &str) = ("deadline-budget-ms", "junk");
 const INTERNAL: (&str, &str) = ("x-internal-caller", "1");
 
-/// The defaults (CONTRACT 21) are `Budgeted`: the trace on answers to requests that carried a
+/// The defaults (the trace where the caller can use it) are `Budgeted`: the trace on answers to requests that carried a
 /// budget, in any dialect and whatever became of it (spent, malformed), never on others, a
 /// relayed one removed; no `Server-Timing`.
 #[tokio::test]

@@ -40,7 +40,7 @@ fn get_with(path: &str, headers: &[(&'static str, &'static str)]) -> http::Reque
     request
 }
 
-/// The enforce layer as it was before CONTRACT 21's defaults, and as `deadline service` keeps
+/// The enforce layer as it was before its defaults changed (the trace only for a budgeted request, `Server-Timing` opt-in), and as `deadline service` keeps
 /// it: the trace and `Server-Timing` on every answer, and a context for every request. The
 /// tests of other behaviour read both headers and the context whether or not a request carries
 /// a budget; `exposure` and `context_without_budget` test the defaults themselves.

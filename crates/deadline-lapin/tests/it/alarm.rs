@@ -47,7 +47,8 @@ impl Write for Lines {
 /// attack, past its message's 1 s expiry and past `give_up_after`), with no log line. Now a
 /// publish whose message expires in 1 s returns `ExpiredUnconfirmed` at its expiry, a
 /// [`Broker`] publish without expiry returns `GaveUp` at its give-up time, each producer logs
-/// the block once, and publishing works again once the alarm clears.
+/// the block once, publishing works again once the alarm clears, and a second alarm is logged
+/// once more.
 #[tokio::test]
 async fn a_publish_during_a_memory_alarm_ends_at_its_expiry_with_one_log_line() {
     let lines = Lines::default();
@@ -128,4 +129,16 @@ async fn a_publish_during_a_memory_alarm_ends_at_its_expiry_with_one_log_line() 
         .publish(&queue, b"after", Expiry::Never)
         .await
         .expect("a broker publish after the alarm");
+
+    // A second alarm is a new spell: the producer says so again, once.
+    node.memory_alarm(true);
+    let again = producer
+        .publish(&queue, b"again", Expiry::Lifetime(ms(600)))
+        .await;
+    node.memory_alarm(false);
+    assert!(
+        matches!(again, Err(PublishError::ExpiredUnconfirmed { .. })),
+        "{again:?}"
+    );
+    assert_eq!(lines.warnings_with("blocked publishing"), 3);
 }
