@@ -39,9 +39,14 @@ impl fmt::Debug for DeadlinePool {
 }
 
 impl DeadlinePool {
-    /// Wraps a deadpool-postgres pool (built by the application, with any manager and pool
-    /// settings; its connections must be plain TCP or Unix sockets, as the cancel request is
-    /// sent without TLS). The margin and minimum useful time default to the HTTP client's
+    /// Wraps a deadpool-postgres pool (built by the application; its connections must be
+    /// plain TCP or Unix sockets, as the cancel request is sent without TLS). The crate
+    /// remembers the `statement_timeout` it left on each connection and reuses it: recycle
+    /// with `RecyclingMethod::Fast` or `Verified`, not `Clean` or a custom statement that resets
+    /// settings behind its back (a statement would then run under the session's default while
+    /// the crate counts on its limit), and begin transactions with
+    /// [`Connection::transaction`], not a `BEGIN` sent as a statement (its `ROLLBACK` would undo
+    /// a limit the crate set inside it). The margin and minimum useful time default to the HTTP client's
     /// (50 ms each), the transaction minimum to 100 ms.
     pub fn new(pool: Pool) -> DeadlinePool {
         DeadlinePool {
