@@ -7,12 +7,9 @@ Usage: python3 scripts/checks/demo_postgres.py REPORT.json
 import os
 import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from report import load, need  # noqa: E402
-report = load(sys.argv[1])
-runs = {need(r, "deadlines", where=sys.argv[1]): r for r in need(report, "runs")}
-if set(runs) != {True, False}:
-    sys.exit(f"demo --postgres: runs {sorted(runs)}, not one without deadlines and one with")
-with_, without = runs[True], runs[False]
+from report import both_ways, load, need  # noqa: E402
+
+without, with_ = both_ways(load(sys.argv[1]), sys.argv[1])
 db_with = need(with_, "db_seconds_after_users_left", where="with deadlines")
 db_without = need(without, "db_seconds_after_users_left", where="without deadlines")
 empty = need(with_, "db_empty_ms_after_user_left", where="with deadlines")

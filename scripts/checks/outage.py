@@ -7,12 +7,9 @@ Usage: python3 scripts/checks/outage.py REPORT.json
 import os
 import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from report import load, need  # noqa: E402
-report = load(sys.argv[1])
-runs = {need(r, "deadlines", where=sys.argv[1]): r for r in need(report, "runs")}
-if set(runs) != {True, False}:
-    sys.exit(f"{sys.argv[1]}: the report has runs {sorted(runs)}, not one without deadlines and one with")
-without, with_ = runs[False], runs[True]
+from report import both_ways, load, need  # noqa: E402
+
+without, with_ = both_ways(load(sys.argv[1]), sys.argv[1])
 failures = []
 # Null means no user was sent during the outage: allowed to be read, then a failure.
 cw = need(with_, "calls_per_request_in_outage", allow_null=True, where="with deadlines")

@@ -122,6 +122,15 @@ def need(doc, *path, allow_null=False, where=None):
     return _tracked(value, full, getattr(doc, "where", where))
 
 
+def both_ways(report, where):
+    """The report's runs without deadlines and with them, in that order; exits non-zero
+    naming what is off when the report has not exactly one of each."""
+    runs = {need(r, "deadlines", where=where): r for r in need(report, "runs")}
+    if set(runs) != {True, False}:
+        sys.exit(f"{where}: the report has runs {sorted(runs)}, not one without deadlines and one with")
+    return runs[False], runs[True]
+
+
 def _plain(value):
     """`value` as plain dicts and lists (the report's own refuse to be walked)."""
     if isinstance(value, dict):
