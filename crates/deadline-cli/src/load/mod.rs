@@ -311,10 +311,25 @@ struct LoadReport<'a> {
     check: Check,
 }
 
+/// The hops' `--max-connections` in a load run: more than any open-file limit here, so the
+/// file table, not a connection count, bounds them (running out of descriptors drops the
+/// connection idle the longest).
+const LOAD_MAX_CONNECTIONS: usize = 1 << 20;
+
 /// The chain's hops for one run: the scenario's, with the margin, inventory's database and queue
 /// rules, and the absolute-deadline dialect when asked.
 fn hops_for(args: &LoadArgs, deadlines: bool, tag: &str) -> Vec<crate::harness::Hop> {
     let mut hops = with_margin(scenario(args).hops(deadlines), args.margin);
+    for hop in hops.iter_mut() {
+        // Each user is a client of its own, on a connection of its own: the hops take as many
+        // connections as their open-file limit allows, as before the service's default cap
+        // (1,024, for a service facing clients it does not know) existed. Past capacity that
+        // cap refused users' connections before any rule could refuse their requests cheaply.
+        hop.args.extend([
+            "--max-connections".to_owned(),
+            LOAD_MAX_CONNECTIONS.to_string(),
+        ]);
+    }
     if let Some(url) = &args.postgres
         && let Some(inventory) = hops.iter_mut().find(|hop| hop.name == "inventory")
     {
