@@ -212,12 +212,7 @@ impl Drop for Connection {
         if !self.shared.interrupted.load(Ordering::SeqCst) {
             return; // back to the pool as it is
         }
-        let cancel = self
-            .shared
-            .cancel
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let cancel = self.shared.take_cancel();
         let limit = self.settings.drain_limit;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             let _ = Object::take(object); // no runtime to drain on: close it

@@ -78,6 +78,16 @@ pub(crate) struct Shared {
     pub(crate) cancel: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
+impl Shared {
+    /// The cancel request in flight, if any, taken to be awaited.
+    pub(crate) fn take_cancel(&self) -> Option<JoinHandle<()>> {
+        self.cancel
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
 /// A statement in flight; if dropped armed, it cancels the statement on the server (when it
 /// has a client to take a cancel token from) and marks the connection interrupted.
 ///
@@ -337,13 +347,7 @@ impl Runner<'_> {
     /// cancel request in flight (if any), absorbs a late cancel ([`absorb_late_cancel`]) and
     /// forgets the connection's limit, which the dropped statement may have left set.
     async fn settle(&self) -> Result<(), tokio_postgres::Error> {
-        let cancel = self
-            .shared
-            .cancel
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(cancel) = cancel {
+        if let Some(cancel) = self.shared.take_cancel() {
             let _ = cancel.await;
             absorb_late_cancel(self.client).await?;
         }

@@ -617,7 +617,7 @@ impl Reply {
         } else {
             // Nor a trace the inner service relayed from downstream.
             parts.headers.remove(deadline::TRACE_HEADER);
-            if let Some(timing) = timing_alone(&self.settings, &recorder.facts()) {
+            if let Some(timing) = self.timing_alone(&recorder) {
                 parts.headers.append(SERVER_TIMING_HEADER, timing);
             }
         }
@@ -625,6 +625,15 @@ impl Reply {
             parts,
             EnforceBody::inner(body, recorder, self.cutoff, self.caller),
         )
+    }
+
+    /// `Server-Timing` for an answer that shows no trace: the hold's facts are gathered only
+    /// where the layer has it on, so the default (off) costs one test.
+    fn timing_alone(&self, recorder: &Recorder) -> Option<HeaderValue> {
+        if !self.settings.server_timing {
+            return None;
+        }
+        timing_alone(&self.settings, &recorder.facts())
     }
 
     /// One of the layer's own answers (400, 503 or 504), in the caller's terms, with this hop's
@@ -639,7 +648,7 @@ impl Reply {
         let ctx = match (self.expose, &self.ctx) {
             (true, Some(ctx)) => ctx,
             _ => {
-                let timing = timing_alone(&self.settings, &recorder.facts());
+                let timing = self.timing_alone(&recorder);
                 let mut response = answer::own(self.caller, status, message, recorder);
                 if let Some(timing) = timing {
                     response.headers_mut().append(SERVER_TIMING_HEADER, timing);

@@ -422,7 +422,8 @@ where
                 return Ok(());
             }
         }
-        if let Some(since) = shared.stalled_since() {
+        let stalled_since = shared.stalled_since();
+        if let Some(since) = stalled_since {
             // Twice the send timeout: a lone stuck stream is reset first (at one send timeout),
             // and the connection stays usable; one re-armed again and again is not.
             if now.saturating_duration_since(since) >= limits.send * 2 {
@@ -464,7 +465,7 @@ where
         if let Some(since) = shared.write_blocked_since() {
             next = next.min((since + limits.send).max(now));
         }
-        if let Some(since) = shared.stalled_since() {
+        if let Some(since) = stalled_since {
             next = next.min((since + limits.send * 2).max(now));
         }
         timer.as_mut().reset(next);
