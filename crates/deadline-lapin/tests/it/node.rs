@@ -29,13 +29,35 @@ pub(crate) struct Node {
     child: Option<Child>,
 }
 
-/// A port no one listens on now (the kernel's choice; free again once the probe closes).
+/// A port below the kernel's ephemeral range that no one listens on now.
+///
+/// Not a port from binding port 0: those come from the ephemeral range, where every outgoing
+/// connection of the tests running beside this one takes its local port too, so a probed port
+/// can be taken again before the broker binds it (seen: the broker's distribution port held by
+/// another test's client socket, and the node refusing to boot). Below the range only a
+/// listener can take it, and the node retries with new ports if one does.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FLOOR: u32 = 10_000;
+    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|low| *low > FLOOR + 1_000)
+        .unwrap_or(32_768);
+    let span = ceiling - FLOOR;
+    // Spread the processes and the nodes of one process apart, so two probing at once rarely
+    // pick the same port.
+    let seed = std::process::id()
+        .wrapping_mul(7_919)
+        .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729));
+    (0..span)
+        .map(|step| FLOOR + seed.wrapping_add(step) % span)
+        .find(|port| TcpListener::bind(("127.0.0.1", *port as u16)).is_ok())
+        .expect("a free port below the ephemeral range") as u16
 }
+
+/// How many times a node that could not bind its ports is booted again on new ones.
+const BOOT_ATTEMPTS: u32 = 3;
 
 impl Node {
     /// Starts a fresh node and waits until it accepts AMQP connections.
@@ -63,7 +85,7 @@ impl Node {
             dist_port: free_port(),
             child: None,
         };
-        node.start_again().await;
+        node.boot(true).await;
         node
     }
 
@@ -75,6 +97,32 @@ impl Node {
     /// Starts the stopped node on the same ports and data (durable queues and persistent
     /// messages come back), and waits until it accepts AMQP connections.
     pub(crate) async fn start_again(&mut self) {
+        self.boot(false).await;
+    }
+
+    /// Boots the node; a boot that fails because a port was taken is tried again on a new
+    /// distribution port, and on a new AMQP port too where `may_move` (the first start: no
+    /// client knows the URL yet).
+    async fn boot(&mut self, may_move: bool) {
+        for attempt in 1..=BOOT_ATTEMPTS {
+            match self.boot_once().await {
+                Ok(()) => return,
+                Err(output) if attempt < BOOT_ATTEMPTS && port_taken(&output) => {
+                    self.dist_port = free_port();
+                    if may_move {
+                        self.port = free_port();
+                    }
+                }
+                Err(output) => panic!(
+                    "the private RabbitMQ node exited before it listened; its output:\n{output}"
+                ),
+            }
+        }
+    }
+
+    /// Boots the node once and waits until it accepts AMQP connections; `Err` carries the
+    /// output of a node that exited first.
+    async fn boot_once(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "the node is running");
         let script = std::env::var("DEADLINE_TEST_RABBITMQ_SERVER").unwrap_or(SCRIPT.to_owned());
         assert!(
@@ -82,6 +130,7 @@ impl Node {
             "{script} is missing: the restart test runs a private RabbitMQ node and needs the \
              rabbitmq-server package (or DEADLINE_TEST_RABBITMQ_SERVER naming its script)"
         );
+        let earlier = self.output().len();
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -116,7 +165,7 @@ impl Node {
         let started = Instant::now();
         loop {
             if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+                return Ok(());
             }
             if let Some(status) = self
                 .child
@@ -124,10 +173,11 @@ impl Node {
                 .and_then(|c| c.try_wait().ok().flatten())
             {
                 self.child = None;
-                panic!(
-                    "the private RabbitMQ node exited ({status}) before it listened; its output:\n{}",
-                    self.output()
-                );
+                let output = self.output();
+                return Err(format!(
+                    "({status})\n{}",
+                    output.get(earlier..).unwrap_or(&output)
+                ));
             }
             assert!(
                 Instant::now().saturating_duration_since(started) < Duration::from_secs(90),
@@ -188,6 +238,13 @@ impl Node {
     fn output(&self) -> String {
         std::fs::read_to_string(self.dir.join("out.log")).unwrap_or_default()
     }
+}
+
+/// Whether a node's boot output says one of its ports was taken.
+fn port_taken(output: &str) -> bool {
+    ["could not bind", "dist_port_already_used", "eaddrinuse"]
+        .iter()
+        .any(|sign| output.contains(sign))
 }
 
 /// Sends `sig` to the process group `group` (the node's, led by its script).
