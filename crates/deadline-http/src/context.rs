@@ -49,6 +49,10 @@ struct Inner {
     reserve: Duration,
     arrival: Instant,
     log: Mutex<WorkLog>,
+    /// Whether outbound calls keep their callees' `Deadline-Trace` in this hop's trace: only
+    /// where the hop's answer shows its trace (see
+    /// [`TraceExposure`](crate::enforce::TraceExposure)).
+    callee_traces: bool,
     /// The served request's OpenTelemetry server span: the parent of its outbound attempts.
     #[cfg(feature = "otel")]
     span: Option<opentelemetry::trace::SpanContext>,
@@ -163,10 +167,27 @@ impl DeadlineContext {
                 reserve,
                 arrival,
                 log: Mutex::new(WorkLog::default()),
+                callee_traces: true,
                 #[cfg(feature = "otel")]
                 span: None,
             }),
         }
+    }
+
+    /// The context with its callees' traces left out of its trace (a context just made, not
+    /// yet shared; a shared one is returned unchanged): for a request whose answer will not
+    /// show the trace, so a downstream's spans go no further than the exposure allows and the
+    /// request does not hold them for nothing.
+    pub(crate) fn without_callee_traces(mut self) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.callee_traces = false;
+        }
+        self
+    }
+
+    /// Whether outbound calls keep their callees' traces in this hop's trace.
+    pub(crate) fn keeps_callee_traces(&self) -> bool {
+        self.inner.callee_traces
     }
 
     /// The context with `span` as the served request's server span (a context just made,

@@ -31,10 +31,20 @@
 //!
 //! `Budgeted` is a convenience, not a boundary: any caller can send the header. Where the
 //! public can reach the service, use `trusted` with something the public cannot forge, or
-//! `Off`. The exposure changes only what is *sent*: the hop records the same trace (its hold
-//! reports, metrics and the calls it makes are unchanged). When the trace is not exposed, a
-//! `Deadline-Trace` the inner service wrote itself is removed too, so no downstream hop's trace
-//! leaks through this one. A request that sent no budget and is shown no trace goes without a
+//! `Off`. The exposure changes what is *sent*, and with it what is kept of the downstream: the
+//! hop's hold reports, metrics and the calls it makes are unchanged, and its calls and their
+//! attempts are recorded as always.
+//!
+//! # A downstream's spans go only where this hop's trace goes
+//!
+//! A callee's `Deadline-Trace` is the callee's word: its service names, its timings, whatever a
+//! misbehaving or foreign downstream chooses to put there (within the codec's bounds). Such a
+//! trace is kept in this hop's trace, under the attempt that got it, only for a request whose
+//! answer shows the trace; for any other the attempt is recorded without it, so a downstream's
+//! spans reach no caller the exposure excludes, and a request whose trace goes nowhere does not
+//! hold its callees' traces in memory. When the trace is not exposed, a `Deadline-Trace` the
+//! inner service wrote itself is removed too, so no downstream hop's trace leaks through this
+//! one either way. A request that sent no budget and is shown no trace goes without a
 //! context by default, so that it costs what it would without the layer:
 //! [`context_without_budget`](super::EnforceDeadlineLayer::context_without_budget).
 

@@ -145,6 +145,14 @@ where
             DeadlineContext::with_cutoff(times, settings.reserve, arrival)
                 .with_span(recorder.span_context())
         });
+        // A downstream's spans go only where this hop's trace goes.
+        let ctx = ctx.map(|ctx| {
+            if expose {
+                ctx
+            } else {
+                ctx.without_callee_traces()
+            }
+        });
         let cutoff = times.map(|(_, cutoff)| cutoff);
         if let Some(cutoff) = cutoff {
             if cutoff.is_expired(time::to_std(arrival)) {

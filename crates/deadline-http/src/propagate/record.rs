@@ -82,7 +82,8 @@ impl CallRecord {
         status: StatusCode,
         response: &Response<RB>,
     ) {
-        self.close(end, Outcome::Status(status), callee_trace(response));
+        let callee = self.callee_trace(response);
+        self.close(end, Outcome::Status(status), callee);
     }
 
     /// The planner stopped the call at `now` with `stop`, and the call ends with `result`.
@@ -124,7 +125,10 @@ impl CallRecord {
         outcome: Result<&Response<RB>, &'static str>,
     ) {
         let (outcome, callee) = match outcome {
-            Ok(response) => (Outcome::Status(response.status()), callee_trace(response)),
+            Ok(response) => (
+                Outcome::Status(response.status()),
+                self.callee_trace(response),
+            ),
             Err(word) => (Outcome::Word(word), None),
         };
         self.push(AttemptSpan {
@@ -163,15 +167,19 @@ impl CallRecord {
     }
 }
 
-/// The callee's `Deadline-Trace` in `response`, kept as the text it came in.
-fn callee_trace<RB>(response: &Response<RB>) -> Option<EncodedTrace> {
-    response
-        .headers()
-        .get(TRACE_HEADER)
-        .map(|value| EncodedTrace::new(value.clone()))
-}
-
 impl CallRecord {
+    /// The callee's `Deadline-Trace` in `response`, kept as the text it came in, where this
+    /// hop keeps its callees' traces (only where its own answer shows its trace).
+    fn callee_trace<RB>(&self, response: &Response<RB>) -> Option<EncodedTrace> {
+        if !self.context.keeps_callee_traces() {
+            return None;
+        }
+        response
+            .headers()
+            .get(TRACE_HEADER)
+            .map(|value| EncodedTrace::new(value.clone()))
+    }
+
     /// Records the call into the context now, and where: its response's body corrects the
     /// outcome through the slot if it fails later.
     pub(super) fn into_slot(mut self) -> CallSlot {

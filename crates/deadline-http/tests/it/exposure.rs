@@ -166,3 +166,77 @@ async fn server_timing_on_goes_on_every_answer_whatever_the_exposure() {
         );
     }
 }
+
+/// What the handler's one call to a downstream left in this hop's trace, as the handler reads it
+/// (the callee answers with a `Deadline-Trace` naming `inventory`), for a request with
+/// `headers` through `layer`.
+async fn recorded_call(
+    layer: &EnforceDeadlineLayer,
+    headers: &[(&'static str, &'static str)],
+) -> String {
+    use deadline::CallPolicy;
+    use deadline::trace::Trace;
+    use deadline_http::{DeadlineContext, PropagateDeadline};
+
+    let downstream = service_fn(|_: Request<String>| async {
+        let mut response = Response::new(String::new());
+        response.headers_mut().insert(
+            "deadline-trace",
+            HeaderValue::from_static("inventory@0-5=200,.work@1-4"),
+        );
+        Ok::<_, Infallible>(response)
+    });
+    let policy = CallPolicy::new(std::time::Duration::from_millis(500), 1).expect("a policy");
+    let client = PropagateDeadline::new(downstream, policy).target("inv");
+    let handler = service_fn(move |_: Request<String>| {
+        let client = client.clone();
+        async move {
+            let request = Request::get("http://inv/")
+                .body(String::new())
+                .expect("a request");
+            client
+                .oneshot(request)
+                .await
+                .expect("the downstream answers");
+            let context = DeadlineContext::current().expect("the request has a context");
+            let (spans, dropped) = context.take_spans();
+            let mut trace = Trace::new();
+            trace.spans = spans;
+            trace.dropped = dropped;
+            Ok::<_, Infallible>(Response::new(trace.encode()))
+        }
+    });
+    let response = layer
+        .clone()
+        .layer(handler)
+        .oneshot(crate::get_with("/", headers))
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("the body")
+        .to_bytes();
+    String::from_utf8(body.to_vec()).expect("a trace is text")
+}
+
+/// A downstream's spans are kept in this hop's trace only for a request whose answer shows the
+/// trace: for any other the call and its attempt are recorded without the callee's spans.
+#[tokio::test(start_paused = true)]
+async fn a_downstreams_spans_are_kept_only_where_the_trace_is_exposed() {
+    let kept = "call:inv@0-0=200,.attempt@0-0=200,..inventory@0-0=200,...work@0-0";
+    let left_out = "call:inv@0-0=200,.attempt@0-0=200";
+    let trusted =
+        EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::trusted(|headers, _| {
+            headers.contains_key("x-internal-caller")
+        }));
+    assert_eq!(recorded_call(&trusted, &[BUDGET, INTERNAL]).await, kept);
+    assert_eq!(recorded_call(&trusted, &[BUDGET]).await, left_out);
+    let off = EnforceDeadlineLayer::new("edge").trace_exposure(TraceExposure::Off);
+    assert_eq!(recorded_call(&off, &[BUDGET, INTERNAL]).await, left_out);
+    // Budgeted (the default) with a context for every request: a budget-less request's answer
+    // shows no trace, so it keeps no downstream spans either.
+    let budgeted = EnforceDeadlineLayer::new("edge").context_without_budget(true);
+    assert_eq!(recorded_call(&budgeted, &[BUDGET]).await, kept);
+    assert_eq!(recorded_call(&budgeted, &[]).await, left_out);
+}
