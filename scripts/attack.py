@@ -247,32 +247,28 @@ def zero_window(binary, limited):
     return report("zero_window", figures, problems)
 
 
-def queue_flood(binary, limited):
-    """Budget-less requests, far more than the service's slots, multiplexed on a few HTTP/2
-    connections."""
-    conns, streams, max_queue = (10, 100, 50) if SHORT else (100, 200, 200)
-    open_fds_limit(conns + 100)
-    args = ["--slots", "2", "--work", "200"]
-    if limited:
-        args += ["--max-queue", str(max_queue)]
-    svc = Service(binary, args)
+def burst(svc, conns, streams, extra=(), wait=3.0):
+    """`conns` HTTP/2 connections, each sending `streams` GETs of / at once (with the `extra`
+    headers); reads answers for up to `wait` seconds or until every one came. Returns the
+    statuses counted and the connections, still open."""
     clients = []
     for _ in range(conns):
         s, conn = h2_client(svc.addr)
         for i in range(streams):
             conn.send_headers(
                 1 + 2 * i,
-                [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "x")],
+                [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "x"),
+                 *extra],
                 end_stream=True,
             )
         s.sendall(conn.data_to_send())
         clients.append((s, conn))
     statuses = {}
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + wait
     for s, _ in clients:
         s.setblocking(False)
     open_clients = list(clients)
-    while open_clients and time.monotonic() < deadline:
+    while open_clients and time.monotonic() < deadline and sum(statuses.values()) < conns * streams:
         for s, conn in list(open_clients):
             try:
                 data = s.recv(1 << 20)
@@ -293,6 +289,23 @@ def queue_flood(binary, limited):
                 s.sendall(out)
                 s.setblocking(False)
         time.sleep(0.005)
+    return statuses, clients
+
+
+def queue_flood(binary, limited, default_queue=False):
+    """Budget-less requests, far more than the service's slots, multiplexed on a few HTTP/2
+    connections; with `default_queue`, more than the default queue (1,024) and no --max-queue."""
+    if default_queue:
+        conns, streams, max_queue = (15, 100, 1024) if SHORT else (40, 100, 1024)
+    else:
+        # At most 100 streams a connection: the default concurrent-stream cap refuses more.
+        conns, streams, max_queue = (10, 100, 50) if SHORT else (200, 100, 200)
+    open_fds_limit(conns + 100)
+    args = ["--slots", "2", "--work", "200"]
+    if limited and not default_queue:
+        args += ["--max-queue", str(max_queue)]
+    svc = Service(binary, args)
+    statuses, clients = burst(svc, conns, streams, wait=3)
     runtime = svc.runtime() or {}
     figures = {
         "requests": conns * streams,
@@ -312,7 +325,53 @@ def queue_flood(binary, limited):
         problems.append(f"only {shed} refused with 503 while the queue holds {max_queue}")
     if figures["in_flight_3s_in"] is None or figures["in_flight_3s_in"] > max_queue + 2:
         problems.append("more in flight than the slots and the queue")
-    return report("queue_flood", figures, problems)
+    return report("queue_default" if default_queue else "queue_flood", figures, problems)
+
+
+def queue_default(binary, limited):
+    """queue_flood with the default queue: more requests than its 1,024 places, no flag."""
+    return queue_flood(binary, limited, default_queue=True)
+
+
+def refusal_log(binary, limited):
+    """Requests whose 1 ms budget is spent at arrival (refused with 504, no work), logged with
+    --log: the log must grow by a bounded amount, not a line per request, and still count every
+    request."""
+    conns, streams = (20, 100) if SHORT else (100, 100)
+    open_fds_limit(conns + 100)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "holds.jsonl")
+        svc = Service(binary, ["--log", log])
+        start = time.monotonic()
+        statuses, clients = burst(svc, conns, streams, [("deadline-budget-ms", "1")], wait=20)
+        seconds = time.monotonic() - start
+        for s, _ in clients:
+            s.close()
+        svc.stop()
+        with open(log) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        size = os.path.getsize(log)
+    requests = conns * streams
+    counted = sum(line.get("count", 1) for line in lines)
+    figures = {
+        "requests": requests,
+        "answered": statuses,
+        "seconds": round(seconds, 1),
+        "log_lines": len(lines),
+        "log_bytes": size,
+        "requests_counted_in_log": counted,
+    }
+    problems = []
+    refused = statuses.get("504", 0)
+    if refused != requests:
+        problems.append(f"{refused} of {requests} refused with 504")
+    # 100 lines in full a second and one folded line a second: a couple of hundred bytes each.
+    allowed = int((seconds + 2) * 101 * 400)
+    if size > allowed:
+        problems.append(f"the log grew {size} bytes for {requests} refusals (allowed {allowed})")
+    if counted != requests:
+        problems.append(f"the log counts {counted} requests of {requests}")
+    return report("refusal_log", figures, problems)
 
 
 GET = [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "x")]
@@ -657,6 +716,8 @@ ATTACKS = {
     "preface_flood": preface_flood,
     "zero_window": zero_window,
     "queue_flood": queue_flood,
+    "queue_default": queue_default,
+    "refusal_log": refusal_log,
     "stuck_lockout": stuck_lockout,
     "stuck_lockout_tls": stuck_lockout_tls,
     "stuck_streams_memory": stuck_streams_memory,

@@ -228,6 +228,8 @@ impl Chain {
                 .arg(hop.name)
                 .arg("--log")
                 .arg(&log)
+                // The demo and the load join every hold to its user by request id.
+                .args(["--log-refused", "all"])
                 .arg("--exit-on-stdin-close")
                 .arg("--drain-timeout")
                 .arg(DRAIN_TIMEOUT_S.to_string())

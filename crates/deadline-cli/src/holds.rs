@@ -1,6 +1,19 @@
 //! The services' `--log` files: one JSON line per worker hold, and the figures the demo and the
 //! load command compute from them.
 //!
+//! # Refusals at arrival are folded past an allowance
+//!
+//! A request refused at arrival (its budget already spent, a malformed header, a full queue)
+//! costs the service almost nothing, but a line in the log costs a couple of hundred bytes: a
+//! caller sending budgets of 1 ms could fill the disk at the rate it sends. So each log writes
+//! the first [`RefusedLines`] refusals at arrival of each second (by arrival) in full, and folds
+//! the rest of that second into one line per outcome and status with a `count` and the span of
+//! their arrivals (no request id: they have none in common). Every request is still counted;
+//! a reader that sums lines weighs each by its `count`. Lines for requests that queued or
+//! worked are never folded: they are the ones that cost something. The demo and the load
+//! command, which join every hold to its user by request id, ask for every line
+//! (`--log-refused all`).
+//!
 //! Times are wall-clock milliseconds since the Unix epoch (with a fractional part), so holds
 //! written by several processes on one host can be laid on one timeline. Each service turns its
 //! monotonic instants into wall time once, when it writes the line, by subtracting their age
@@ -10,7 +23,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -49,9 +62,30 @@ pub(crate) struct HoldLine {
     /// `calling` or `stream`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exceeded: Option<String>,
+    /// How many requests the line stands for: 1, or more on a line that folds refusals at
+    /// arrival (see the [module docs](self)); such a line has no request id or budget.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count: u64,
+    /// On a folded line, the last arrival it counts (`arrival_ms` is the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_arrival_ms: Option<f64>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_one(count: &u64) -> bool {
+    *count == 1
 }
 
 impl HoldLine {
+    /// Whether this line is one request refused at arrival: it never queued nor worked.
+    pub(crate) fn refused_at_arrival(&self) -> bool {
+        self.count == 1 && self.start_ms.is_none() && self.queued_ms == 0.0
+    }
+
     /// The whole time this hold held a worker, in ms.
     pub(crate) fn worker_ms(&self) -> f64 {
         self.worked_after(f64::NEG_INFINITY)
@@ -95,6 +129,132 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(25);
 /// Each waiting line is a [`HoldLine`], a few hundred bytes, so the bound is about 2 MB.
 pub(crate) const QUEUE_LINES: usize = 8_192;
 
+/// How many refusals at arrival a log writes in full each second before folding the rest
+/// (see the [module docs](self)): `--log-refused N|all`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RefusedLines {
+    /// Every one in full.
+    All,
+    /// This many a second in full; the rest of the second folded.
+    PerSecond(u32),
+}
+
+impl Default for RefusedLines {
+    /// 100 a second: a few hundred requests refused in a burst stay readable one by one, and a
+    /// flood costs at most about 25 KB of log a second.
+    fn default() -> Self {
+        RefusedLines::PerSecond(100)
+    }
+}
+
+impl std::str::FromStr for RefusedLines {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<RefusedLines, String> {
+        if text == "all" {
+            return Ok(RefusedLines::All);
+        }
+        text.parse::<u32>()
+            .map(RefusedLines::PerSecond)
+            .map_err(|_| {
+                format!(
+                    "expected a number of lines a second or `all`, not {:?}",
+                    text.chars().take(32).collect::<String>()
+                )
+            })
+    }
+}
+
+/// How long after the end of a second its folded lines wait for stragglers (a refusal's line
+/// reaches the writer a little after its arrival) before they are written.
+const FOLD_GRACE_MS: f64 = 200.0;
+
+/// The writer's folding of refusals at arrival, second by second of arrival.
+#[derive(Debug, Default)]
+struct Folder {
+    allowance: Option<u32>,
+    /// By second of arrival: the lines written in full so far and the folded lines waiting.
+    seconds: std::collections::BTreeMap<i64, (u32, Vec<HoldLine>)>,
+}
+
+impl Folder {
+    fn new(refused: RefusedLines) -> Folder {
+        Folder {
+            allowance: match refused {
+                RefusedLines::All => None,
+                RefusedLines::PerSecond(n) => Some(n),
+            },
+            seconds: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// The line to write now, or `None` when it was folded.
+    fn take(&mut self, line: HoldLine) -> Option<HoldLine> {
+        let Some(allowance) = self.allowance else {
+            return Some(line);
+        };
+        if !line.refused_at_arrival() {
+            return Some(line);
+        }
+        let second = (line.arrival_ms / 1_000.0).floor() as i64;
+        let (kept, folds) = self.seconds.entry(second).or_default();
+        if *kept < allowance {
+            *kept += 1;
+            return Some(line);
+        }
+        let same = |fold: &&mut HoldLine| {
+            fold.service == line.service
+                && fold.outcome == line.outcome
+                && fold.status == line.status
+                && fold.exceeded == line.exceeded
+        };
+        match folds.iter_mut().find(|fold| same(fold)) {
+            Some(fold) => {
+                fold.count += 1;
+                fold.arrival_ms = fold.arrival_ms.min(line.arrival_ms);
+                let last = fold.last_arrival_ms.unwrap_or(fold.arrival_ms);
+                fold.last_arrival_ms = Some(last.max(line.arrival_ms));
+                fold.reply_written &= line.reply_written;
+            }
+            None => folds.push(HoldLine {
+                request_id: None,
+                budget_ms: None,
+                last_arrival_ms: Some(line.arrival_ms),
+                ..line
+            }),
+        }
+        None
+    }
+
+    /// The folded lines of every second that ended over [`FOLD_GRACE_MS`] before `now_ms`
+    /// (all of them with `None`), taken out.
+    fn due(&mut self, now_ms: Option<f64>) -> Vec<HoldLine> {
+        let keep = match now_ms {
+            // Second `s` is due once `(s + 1) s + grace` has passed: every `s` below this.
+            Some(now) => {
+                let first_kept = ((now - FOLD_GRACE_MS) / 1_000.0).floor() as i64;
+                self.seconds.split_off(&first_kept)
+            }
+            None => std::collections::BTreeMap::new(),
+        };
+        std::mem::replace(&mut self.seconds, keep)
+            .into_values()
+            .flat_map(|(_, folds)| folds)
+            .collect()
+    }
+
+    /// How long until the next second's folded lines are due, from `now_ms`; `None` with
+    /// nothing waiting.
+    fn next_due(&self, now_ms: f64) -> Option<Duration> {
+        let (second, _) = self
+            .seconds
+            .iter()
+            .find(|(_, (_, folds))| !folds.is_empty())?;
+        let due = (*second + 1) as f64 * 1_000.0 + FOLD_GRACE_MS;
+        Some(Duration::from_secs_f64(((due - now_ms) / 1_000.0).max(0.0)))
+    }
+}
+
 /// What the writer thread is sent.
 enum Message {
     Hold(HoldLine),
@@ -105,11 +265,11 @@ enum Message {
 /// What the writer did: counts any thread may read.
 #[derive(Debug, Default)]
 struct Counts {
-    /// Lines written to the file.
+    /// Holds written to the file.
     written: AtomicU64,
-    /// Lines dropped because the queue was full.
+    /// Holds dropped because the queue was full.
     dropped: AtomicU64,
-    /// Lines lost to a failed write (and every line after it).
+    /// Holds lost to a failed write (and every one after it).
     failed: AtomicU64,
     /// Whether the first drop has been reported.
     drop_reported: AtomicBool,
@@ -118,11 +278,11 @@ struct Counts {
 /// How many holds a log wrote and lost, for the exit summary and the service's runtime figures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct LogCounts {
-    /// Lines written to the file.
+    /// Holds written to the file (a folded line counts every request it stands for).
     pub written: u64,
-    /// Lines dropped because the writer was behind (the queue was full).
+    /// Holds dropped because the writer was behind (the queue was full).
     pub dropped: u64,
-    /// Lines lost to a failed write.
+    /// Holds lost to a failed write.
     pub failed: u64,
 }
 
@@ -160,14 +320,19 @@ pub(crate) struct HoldLog {
 }
 
 impl HoldLog {
-    /// Creates (or truncates) the file and starts its writer thread.
-    pub(crate) fn create(path: &Path) -> anyhow::Result<HoldLog> {
-        HoldLog::with_batching(path, FLUSH_EVERY)
+    /// Creates (or truncates) the file and starts its writer thread, writing `refused` lines
+    /// for refusals at arrival.
+    pub(crate) fn create(path: &Path, refused: RefusedLines) -> anyhow::Result<HoldLog> {
+        HoldLog::with_batching(path, FLUSH_EVERY, refused)
     }
 
     /// As [`create`](HoldLog::create), gathering each batch for `window` (zero: write whatever
     /// is queued as soon as the thread wakes, about one write per line at low rates).
-    pub(crate) fn with_batching(path: &Path, window: Duration) -> anyhow::Result<HoldLog> {
+    pub(crate) fn with_batching(
+        path: &Path,
+        window: Duration,
+        refused: RefusedLines,
+    ) -> anyhow::Result<HoldLog> {
         let file =
             File::create(path).with_context(|| format!("creating log file {}", path.display()))?;
         let (tx, rx) = sync_channel(QUEUE_LINES);
@@ -177,6 +342,7 @@ impl HoldLog {
             path: path.to_owned(),
             counts: counts.clone(),
             window,
+            folder: Folder::new(refused),
             broken: false,
         };
         let thread = std::thread::Builder::new()
@@ -272,6 +438,8 @@ struct Writer {
     path: PathBuf,
     counts: Arc<Counts>,
     window: Duration,
+    /// Folds refusals at arrival past the allowance.
+    folder: Folder,
     /// A write failed: stop writing, count the rest.
     broken: bool,
 }
@@ -280,42 +448,68 @@ impl Writer {
     fn run(mut self, rx: &Receiver<Message>) {
         let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
         let mut acks = Vec::new();
-        // Sleeps on the queue while the service is idle; ends when the log is dropped.
-        while let Ok(first) = rx.recv() {
-            let mut lines = self.take(first, &mut batch, &mut acks);
-            if acks.is_empty() && !self.window.is_zero() {
-                // A plain OS thread, not the runtime: sleeping here holds up no request.
-                #[allow(clippy::disallowed_methods)]
-                std::thread::sleep(self.window);
-            }
-            // Everything that arrived meanwhile, but no more than a queue's worth, so a flood
-            // cannot keep one batch (and its lines) from the file forever.
-            for _ in 0..QUEUE_LINES {
-                match rx.try_recv() {
-                    Ok(message) => lines += self.take(message, &mut batch, &mut acks),
+        // Sleeps on the queue while the service is idle (until the next folded lines are due,
+        // if any wait); ends when the log is dropped.
+        loop {
+            let first = match self.folder.next_due(epoch_ms_now()) {
+                None => match rx.recv() {
+                    Ok(message) => Some(message),
                     Err(_) => break,
+                },
+                Some(wait) => match rx.recv_timeout(wait) {
+                    Ok(message) => Some(message),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+            };
+            let mut holds = 0;
+            if let Some(first) = first {
+                holds += self.take(first, &mut batch, &mut acks);
+                if acks.is_empty() && !self.window.is_zero() {
+                    // A plain OS thread, not the runtime: sleeping here holds up no request.
+                    #[allow(clippy::disallowed_methods)]
+                    std::thread::sleep(self.window);
+                }
+                // Everything that arrived meanwhile, but no more than a queue's worth, so a
+                // flood cannot keep one batch (and its lines) from the file forever.
+                for _ in 0..QUEUE_LINES {
+                    match rx.try_recv() {
+                        Ok(message) => holds += self.take(message, &mut batch, &mut acks),
+                        Err(_) => break,
+                    }
                 }
             }
-            self.write(&batch, lines);
+            // The folded lines of the seconds that are over; all of them for a flush, whose
+            // caller expects every hold sent before it in the file.
+            let now = acks.is_empty().then(epoch_ms_now);
+            for fold in self.folder.due(now) {
+                holds += Writer::serialise(&fold, &mut batch);
+            }
+            self.write(&batch, holds);
             batch.clear();
             for ack in acks.drain(..) {
                 let _ = ack.send(());
             }
         }
+        for fold in self.folder.due(None) {
+            let holds = Writer::serialise(&fold, &mut batch);
+            self.write(&batch, holds);
+            batch.clear();
+        }
     }
 
-    /// Adds a message to the batch; how many lines it added.
-    fn take(&self, message: Message, batch: &mut Vec<u8>, acks: &mut Vec<SyncSender<()>>) -> u64 {
+    /// Adds a message to the batch (unless the folder keeps it); how many holds it added.
+    fn take(
+        &mut self,
+        message: Message,
+        batch: &mut Vec<u8>,
+        acks: &mut Vec<SyncSender<()>>,
+    ) -> u64 {
         match message {
-            Message::Hold(line) => {
-                // Serialising plain strings and numbers into memory cannot fail.
-                if serde_json::to_writer(&mut *batch, &line).is_ok() {
-                    batch.push(b'\n');
-                    1
-                } else {
-                    0
-                }
-            }
+            Message::Hold(line) => match self.folder.take(line) {
+                Some(line) => Writer::serialise(&line, batch),
+                None => 0,
+            },
             Message::Flush(ack) => {
                 acks.push(ack);
                 0
@@ -323,21 +517,32 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, batch: &[u8], lines: u64) {
-        if lines == 0 {
+    /// Appends `line` to the batch; how many holds it stands for.
+    fn serialise(line: &HoldLine, batch: &mut Vec<u8>) -> u64 {
+        // Serialising plain strings and numbers into memory cannot fail.
+        if serde_json::to_writer(&mut *batch, line).is_ok() {
+            batch.push(b'\n');
+            line.count
+        } else {
+            0
+        }
+    }
+
+    fn write(&mut self, batch: &[u8], holds: u64) {
+        if holds == 0 {
             return;
         }
         if self.broken {
-            self.counts.failed.fetch_add(lines, Ordering::Relaxed);
+            self.counts.failed.fetch_add(holds, Ordering::Relaxed);
             return;
         }
         match self.file.write_all(batch) {
             Ok(()) => {
-                self.counts.written.fetch_add(lines, Ordering::Relaxed);
+                self.counts.written.fetch_add(holds, Ordering::Relaxed);
             }
             Err(err) => {
                 self.broken = true;
-                self.counts.failed.fetch_add(lines, Ordering::Relaxed);
+                self.counts.failed.fetch_add(holds, Ordering::Relaxed);
                 eprintln!(
                     "deadline: writing the hold log {} failed: {err}; serving goes on, but holds \
                      are no longer logged (the count is reported at exit)",
@@ -383,7 +588,117 @@ mod tests {
             reply_written: true,
             streamed_ms: 0.0,
             exceeded: None,
+            count: 1,
+            last_arrival_ms: None,
         }
+    }
+
+    /// A request refused at arrival at `arrival_ms` with `outcome`.
+    fn refused(id: usize, arrival_ms: f64, outcome: &str) -> HoldLine {
+        HoldLine {
+            request_id: Some(format!("r{id}")),
+            outcome: outcome.into(),
+            status: Some(if outcome == "shed" { 503 } else { 504 }),
+            budget_ms: Some(1),
+            arrival_ms,
+            ..hold(None, None)
+        }
+    }
+
+    #[test]
+    fn refusals_past_the_allowance_fold_into_one_line_per_second_and_outcome() {
+        let mut folder = Folder::new(RefusedLines::PerSecond(3));
+        let mut written = Vec::new();
+        // Second 10: five 504s and two 503s refused, one request served in between.
+        for i in 0..5 {
+            written.extend(folder.take(refused(i, 10_000.0 + i as f64, "deadline")));
+        }
+        written.extend(folder.take(hold(Some(10_100.0), Some(10_200.0))));
+        for i in 5..7 {
+            written.extend(folder.take(refused(i, 10_500.0 + i as f64, "shed")));
+        }
+        // Second 11: one refusal, under its own allowance.
+        written.extend(folder.take(refused(7, 11_000.0, "deadline")));
+        let ids: Vec<_> = written.iter().map(|h| h.request_id.clone()).collect();
+        assert_eq!(
+            ids,
+            [Some("r0"), Some("r1"), Some("r2"), Some("r1"), Some("r7")]
+                .map(|id| id.map(String::from)),
+            "the first three refusals of second 10, the served request, second 11's refusal"
+        );
+        // Nothing of second 10 is due before it ended and its grace passed.
+        assert!(folder.due(Some(11_000.0 + FOLD_GRACE_MS - 1.0)).is_empty());
+        assert_eq!(
+            folder.next_due(11_000.0),
+            Some(Duration::from_secs_f64(FOLD_GRACE_MS / 1_000.0))
+        );
+        let folds = folder.due(Some(11_000.0 + FOLD_GRACE_MS));
+        assert_eq!(folds.len(), 2, "{folds:?}");
+        assert_eq!(
+            (
+                folds[0].outcome.as_str(),
+                folds[0].count,
+                folds[0].request_id.as_deref()
+            ),
+            ("deadline", 2, None)
+        );
+        assert_eq!(folds[0].arrival_ms, 10_003.0);
+        assert_eq!(folds[0].last_arrival_ms, Some(10_004.0));
+        assert_eq!(folds[0].budget_ms, None);
+        assert_eq!((folds[1].outcome.as_str(), folds[1].count), ("shed", 2));
+        assert_eq!(folds[1].status, Some(503));
+        // Every request is counted once: 5 lines in full and 4 folded.
+        let total: u64 = written.iter().chain(&folds).map(|h| h.count).sum();
+        assert_eq!(total, 9);
+        assert!(folder.due(None).is_empty(), "second 11 folded nothing");
+        assert_eq!(folder.next_due(12_000.0), None);
+    }
+
+    #[test]
+    fn with_every_line_asked_for_nothing_folds() {
+        let mut folder = Folder::new(RefusedLines::All);
+        for i in 0..1_000 {
+            assert!(folder.take(refused(i, 5_000.0, "deadline")).is_some());
+        }
+        assert!(folder.due(None).is_empty());
+    }
+
+    #[test]
+    fn the_allowance_parses_from_the_command_line() {
+        assert_eq!("all".parse(), Ok(RefusedLines::All));
+        assert_eq!("0".parse(), Ok(RefusedLines::PerSecond(0)));
+        assert_eq!("250".parse(), Ok(RefusedLines::PerSecond(250)));
+        let error = "-1".parse::<RefusedLines>().unwrap_err();
+        assert_eq!(
+            error,
+            "expected a number of lines a second or `all`, not \"-1\""
+        );
+    }
+
+    /// Through the writer thread: a flood of refusals reaches the file as the allowance's lines
+    /// and one folded line, every request counted, and the flush at exit writes the fold.
+    #[test]
+    fn a_flood_of_refusals_is_written_as_the_allowance_and_a_count() {
+        let dir = std::env::temp_dir().join(format!("deadline-holds-fold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("fold.jsonl");
+        let log = HoldLog::create(&path, RefusedLines::PerSecond(10)).unwrap();
+        let now = epoch_ms_now();
+        for i in 0..1_000 {
+            log.write(refused(i, now, "deadline"));
+        }
+        log.write(hold(Some(now), Some(now + 1.0)));
+        let counts = log.flush(Duration::from_secs(5)).unwrap();
+        assert_eq!(counts.written, 1_001, "every hold counted: {counts:?}");
+        let lines = read_log(&path).unwrap();
+        assert_eq!(lines.len(), 12, "10 in full, the served one, one fold");
+        let folded: Vec<_> = lines.iter().filter(|h| h.count > 1).collect();
+        assert_eq!(folded.len(), 1);
+        assert_eq!(folded[0].count, 990);
+        assert_eq!(lines.iter().map(|h| h.count).sum::<u64>(), 1_001);
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        assert!(bytes < 4_000, "{bytes} bytes for 1,001 holds");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -399,7 +714,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("deadline-holds-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("a.jsonl");
-        let log = HoldLog::create(&path).unwrap();
+        let log = HoldLog::create(&path, RefusedLines::All).unwrap();
         let h = hold(Some(1.5), Some(2.5));
         log.write(h.clone());
         log.write(h.clone());
@@ -429,7 +744,7 @@ mod tests {
             Path::new("/dev/full").exists(),
             "/dev/full is missing: this check of a failing log cannot run"
         );
-        let log = HoldLog::create(Path::new("/dev/full")).unwrap();
+        let log = HoldLog::create(Path::new("/dev/full"), RefusedLines::All).unwrap();
         log.write(hold(None, None));
         let counts = log.flush(Duration::from_secs(5)).unwrap();
         assert_eq!(
@@ -482,9 +797,14 @@ mod tests {
             ProcessUsage::of("x", None).cpu_ms.unwrap_or(0.0) - before
         };
         let idle = pace(None);
-        let per_line = HoldLog::with_batching(&dir.join("per-line.jsonl"), Duration::ZERO).unwrap();
+        let per_line = HoldLog::with_batching(
+            &dir.join("per-line.jsonl"),
+            Duration::ZERO,
+            RefusedLines::All,
+        )
+        .unwrap();
         let per_line = pace(Some(&per_line));
-        let batched = HoldLog::create(&dir.join("batched.jsonl")).unwrap();
+        let batched = HoldLog::create(&dir.join("batched.jsonl"), RefusedLines::All).unwrap();
         let batched = pace(Some(&batched));
         println!(
             "{} holds at {RATE}/s: pacing alone {idle:.0} ms CPU; written as they come {per_line:.0} ms; \

@@ -172,8 +172,14 @@ fn summarize(deadlines: bool, user: &UserResult, holds: Vec<HoldLine>, start_ms:
         user_grpc_status: user.grpc.map(|code| code.to_string()),
         user_heard_back_ms: user.status.map(|_| elapsed_ms),
         user_gave_up_ms: user.status.is_none().then_some(elapsed_ms),
-        calls: calls.len(),
-        calls_after_user_left: calls.iter().filter(|h| h.arrival_ms > left_at).count(),
+        // Weighed by each line's count (the demo's services log every line, but a log written
+        // with folding reads the same way).
+        calls: calls.iter().map(|h| h.count as usize).sum(),
+        calls_after_user_left: calls
+            .iter()
+            .filter(|h| h.arrival_ms > left_at)
+            .map(|h| h.count as usize)
+            .sum(),
         last_work_end_ms: last_end - start_ms,
         worker_ms: holds.iter().map(|h| h.worker_ms()).sum(),
         worker_ms_after_user_left: holds.iter().map(|h| h.worked_after(left_at)).sum(),

@@ -47,7 +47,11 @@ pub(super) fn summarize(
         user_errors: user_errors(&outcomes),
         wasted_share: share(after, worker_ms),
         drain_ms: drain_ms(&outcomes, holds, start_wall),
-        calls: holds.iter().filter(|h| h.service != "gateway").count(),
+        calls: holds
+            .iter()
+            .filter(|h| h.service != "gateway")
+            .map(|h| h.count as usize)
+            .sum(),
         achieved_rate,
         worst_send_lateness_ms: outcomes.iter().map(|o| o.lateness_ms).fold(0.0, f64::max),
         send_lateness_p99_ms: percentile(outcomes.iter().map(|o| o.lateness_ms).collect(), 0.99),
@@ -188,9 +192,10 @@ fn inventory_figures(outcomes: &[Outcome], holds: &[HoldLine]) -> (f64, Vec<f64>
         .map(HoldLine::worker_ms)
         .sum::<f64>()
         + 0.0;
+    // A folded line stands for `count` refusals at arrival, each of which waited 0 ms.
     let refusals: Vec<f64> = inventory()
         .filter(|h| h.outcome == "shed")
-        .map(|h| h.queued_ms)
+        .flat_map(|h| std::iter::repeat_n(h.queued_ms, h.count as usize))
         .collect();
     (on_missed, refusals)
 }

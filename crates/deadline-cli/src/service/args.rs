@@ -154,6 +154,11 @@ pub(crate) struct ServiceArgs {
     /// Write one JSON line per worker hold to this file.
     #[arg(long)]
     pub log: Option<PathBuf>,
+    /// How many requests refused at arrival (budget spent, malformed, queue full) the log
+    /// writes in full each second; the rest of each second are folded into one line per
+    /// outcome with a `count`, so a flood of them cannot fill the disk. `all` writes every one.
+    #[arg(long, value_name = "N|all", default_value = "100")]
+    pub log_refused: crate::holds::RefusedLines,
     /// Share of requests (0 to 1, chosen by request id) whose work takes `--slow-work` instead.
     #[arg(long, default_value_t = 0.0)]
     pub slow_share: f64,

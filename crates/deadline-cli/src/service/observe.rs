@@ -34,7 +34,7 @@ impl Observers {
         let log = args
             .log
             .as_deref()
-            .map(HoldLog::create)
+            .map(|path| HoldLog::create(path, args.log_refused))
             .transpose()?
             .map(Arc::new);
         let mut registry = Registry::default();

@@ -82,5 +82,7 @@ fn hold_line(hold: &Hold) -> HoldLine {
         reply_written: hold.reply_written,
         streamed_ms: hold.streamed.as_secs_f64() * 1_000.0,
         exceeded: hold.exceeded.map(|phase| phase.as_str().to_owned()),
+        count: 1,
+        last_arrival_ms: None,
     }
 }

@@ -325,6 +325,8 @@ mod tests {
             reply_written: true,
             streamed_ms: 0.0,
             exceeded: None,
+            count: 1,
+            last_arrival_ms: None,
         }
     }
 
