@@ -1,12 +1,15 @@
 //! The parsers added for other dialects, from raw bytes: absolute deadlines (`X-Request-Deadline`,
 //! RFC 3339 or epoch microseconds), Connect's `connect-timeout-ms`, Envoy's
-//! `x-envoy-expected-rq-timeout-ms`, gRPC's `grpc-status` and percent-encoded `grpc-message`.
+//! `x-envoy-expected-rq-timeout-ms`, gRPC's `grpc-status` and percent-encoded `grpc-message`,
+//! and a proxy's `X-Request-Start` stamp.
 //!
 //! Checked on every input, beyond "no panic": an absolute deadline that parses formats back (to
 //! the millisecond) and parses again to the same millisecond; the skew guard never gives more
 //! than the instant leaves; Connect and Envoy values are either errors naming their header or
 //! budgets within the maximum, and agree with each other where both grammars accept the value;
-//! a status code re-encodes to itself; a decoded message re-encodes and decodes to itself.
+//! a status code re-encodes to itself; a decoded message re-encodes and decodes to itself; a
+//! request start that parses is within the epoch's first 10^11 seconds, and the time in front it
+//! gives never exceeds the skew guard's maximum nor takes a budget above what it was.
 
 #![no_main]
 
@@ -65,6 +68,17 @@ fuzz_target!(|raw: &[u8]| {
             (BudgetValue::Expired, None) => {}
             (c, Some(e)) => assert_eq!(c, e),
             other => panic!("Connect and Envoy disagree: {other:?}"),
+        }
+    }
+
+    if let Some(start) = deadline::front::parse_request_start(raw) {
+        assert!((0..100_000_000_000 * 1_000_000_000).contains(&start.unix_nanos()));
+        let now = WallInstant::from_unix_nanos(1_768_473_045_123_000_000);
+        if let Ok(spent) = deadline::front::time_in_front(start, now, &SkewGuard::DEFAULT) {
+            assert!(spent <= SkewGuard::DEFAULT.max_skew());
+            let budget = BudgetValue::Remaining(MAX);
+            let left = deadline::front::less_time_in_front(budget, spent);
+            assert_eq!(left.min(budget), left);
         }
     }
 

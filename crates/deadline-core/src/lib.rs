@@ -60,6 +60,7 @@ pub mod budget;
 pub mod decimal;
 pub mod dialect;
 pub mod expiry;
+pub mod front;
 pub mod grpc;
 pub mod header;
 pub mod inbound;

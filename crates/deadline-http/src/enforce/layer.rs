@@ -51,6 +51,10 @@ impl EnforceDeadlineLayer {
     /// gets out in time.
     pub const DEFAULT_RESERVE: Duration = Duration::from_millis(10);
 
+    /// The default [`front_margin`](Self::front_margin): 50 ms, the margin a caller keeps from
+    /// each attempt's wait.
+    pub const DEFAULT_FRONT_MARGIN: Duration = Duration::from_millis(50);
+
     /// A layer for the hop called `name` (used in traces, 504 bodies and hold reports), with
     /// the defaults: budgets up to [`Budget::DEFAULT_MAX`], a 10 ms reply reserve, no limit on
     /// concurrent work, enforcement on, `grpc-timeout` read on gRPC requests only,
@@ -75,6 +79,7 @@ impl EnforceDeadlineLayer {
                 #[cfg(feature = "baseline")]
                 enforce: true,
                 sources: super::sources::Sources::default(),
+                front: super::settings::Front::default(),
                 server_timing: false,
                 exposure: super::TraceExposure::Budgeted,
                 extensions: false,
@@ -235,6 +240,57 @@ impl EnforceDeadlineLayer {
     /// more than the maximum skew (shared by every clone of this layer and its services).
     pub fn ignored_absolute_deadlines(&self) -> u64 {
         self.settings.sources.ignored()
+    }
+
+    /// Whatever stands in front of this hop (a proxy, a load balancer) gives up after
+    /// `timeout`: the hop's budget becomes the smaller of the caller's and `timeout` less the
+    /// [`front_margin`](Self::front_margin), and a request without a budget header gets that as
+    /// its budget (it is then treated as budgeted: its answer shows the trace, its calls carry
+    /// the budget). So the hop answers with its own 504 and trace before the front's timer
+    /// fires, instead of working on after the front's bodyless 504. When the front set the
+    /// budget, the hop's trace says so with a `budget:front` span. Default: none.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use deadline_http::EnforceDeadlineLayer;
+    ///
+    /// // nginx in front with `proxy_read_timeout 1s`.
+    /// let gateway = EnforceDeadlineLayer::new("gateway").front_timeout(Duration::from_secs(1));
+    /// # let _ = gateway;
+    /// ```
+    pub fn front_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.front.timeout = Some(timeout);
+        self
+    }
+
+    /// What is kept from the [`front_timeout`](Self::front_timeout) for the answer's way back
+    /// through the front and the time the front spent before this hop read the request (unless
+    /// [`request_start`](Self::request_start) measures it). Default
+    /// [`DEFAULT_FRONT_MARGIN`](Self::DEFAULT_FRONT_MARGIN).
+    pub fn front_margin(mut self, margin: Duration) -> Self {
+        self.settings.front.margin = margin;
+        self
+    }
+
+    /// Read `X-Request-Start` (the proxy in front's stamp of when it received the request:
+    /// `t=SECONDS.FRACTION` as nginx's `$msec`, or whole seconds, milliseconds or
+    /// microseconds since the epoch) and take the time since from the request's budget. The
+    /// stamp is guarded as absolute deadlines are ([`skew_guard`](Self::skew_guard)): one in
+    /// the future by more than the assumed skew, older than the maximum skew, or malformed is
+    /// ignored and counted ([`ignored_request_starts`](Self::ignored_request_starts)). Default
+    /// `false`: only a proxy should set the header, and any caller can send it.
+    pub fn request_start(mut self, trust: bool) -> Self {
+        self.settings.front.request_start = trust;
+        self
+    }
+
+    /// `X-Request-Start` values ignored so far (shared by every clone of this layer and its
+    /// services).
+    pub fn ignored_request_starts(&self) -> u64 {
+        self.settings
+            .front
+            .ignored
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Add a W3C `Server-Timing` header to every answer (`queue;dur=…, work;dur=…,

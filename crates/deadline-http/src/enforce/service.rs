@@ -91,6 +91,16 @@ where
             settings
                 .sources
                 .read_request(&settings.name, request.headers(), settings.max_budget);
+        // What stands in front: its timeout, and the time the request spent there.
+        let mut by_front = false;
+        let budget = match budget {
+            Ok(budget) if settings.front.timeout.is_some() || settings.front.request_start => {
+                let (budget, set) = in_front(settings, request.headers(), budget);
+                by_front = set;
+                Ok(budget)
+            }
+            other => other,
+        };
         let expose = settings.exposure.allows(
             request.headers(),
             request.extensions(),
@@ -145,6 +155,9 @@ where
             DeadlineContext::with_cutoff(times, settings.reserve, arrival)
                 .with_span(recorder.span_context())
         });
+        if let (true, Some(ctx)) = (by_front, &ctx) {
+            ctx.record(deadline::Span::new(FRONT_SPAN, 0, 0));
+        }
         // A downstream's spans go only where this hop's trace goes.
         let ctx = ctx.map(|ctx| {
             if expose {
@@ -184,5 +197,46 @@ where
             expose,
         };
         ResponseFuture::run(reply, work, settings.slots.clone())
+    }
+}
+
+/// The span a hop's trace carries when the front timeout set its budget.
+const FRONT_SPAN: &str = "budget:front";
+
+/// The budget of a request with `headers` after what stands in front: capped by the front
+/// timeout (or set by it, without a budget header), then less the time since the front's
+/// `X-Request-Start` where it is trusted (a stamp not used is counted). The flag says whether
+/// the front timeout set it.
+fn in_front(
+    settings: &HopSettings,
+    headers: &http::HeaderMap,
+    budget: Option<BudgetValue>,
+) -> (Option<BudgetValue>, bool) {
+    use deadline::front;
+    let front = &settings.front;
+    let (budget, by_front) = match front.timeout {
+        Some(timeout) => {
+            let (budget, set) = front::with_front(budget, timeout, front.margin);
+            (Some(budget), set)
+        }
+        None => (budget, false),
+    };
+    let Some(value) = budget.filter(|_| front.request_start) else {
+        return (budget, by_front);
+    };
+    let Some(stamp) = headers.get(front::REQUEST_START_HEADER) else {
+        return (budget, by_front);
+    };
+    let spent = front::parse_request_start(stamp.as_bytes())
+        .ok_or(front::StartIgnored::Malformed)
+        .and_then(|start| front::time_in_front(start, time::wall_now(), &settings.sources.guard));
+    match spent {
+        Ok(spent) => (Some(front::less_time_in_front(value, spent)), by_front),
+        Err(_) => {
+            front
+                .ignored
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (budget, by_front)
+        }
     }
 }

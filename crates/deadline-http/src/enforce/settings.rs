@@ -38,6 +38,9 @@ pub(crate) struct HopSettings {
     #[cfg(feature = "baseline")]
     pub(super) enforce: bool,
     pub(super) sources: sources::Sources,
+    /// What stands in front of the hop: its timeout and margin, whether `X-Request-Start` is
+    /// trusted, and how many such stamps were ignored.
+    pub(super) front: Front,
     /// Whether answers carry a `Server-Timing` header.
     pub(super) server_timing: bool,
     /// Which callers see `Deadline-Trace` and `Server-Timing`.
@@ -56,6 +59,30 @@ pub(crate) struct HopSettings {
     pub(super) tracing: crate::otel::Tracing,
 }
 
+/// What stands in front of the hop (see [`deadline::front`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Front {
+    /// The front's timeout, when one is set.
+    pub(super) timeout: Option<Duration>,
+    /// What is kept from the front's timeout.
+    pub(super) margin: Duration,
+    /// Whether `X-Request-Start` is read and its time taken from the budget.
+    pub(super) request_start: bool,
+    /// Stamps ignored: malformed, in the future, or older than the maximum skew.
+    pub(super) ignored: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Default for Front {
+    fn default() -> Front {
+        Front {
+            timeout: None,
+            margin: super::EnforceDeadlineLayer::DEFAULT_FRONT_MARGIN,
+            request_start: false,
+            ignored: Arc::default(),
+        }
+    }
+}
+
 impl fmt::Debug for HopSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut debug = f.debug_struct("HopSettings");
@@ -69,6 +96,7 @@ impl fmt::Debug for HopSettings {
         debug.field("enforce", &self.enforce);
         debug
             .field("sources", &self.sources)
+            .field("front", &self.front)
             .field("server_timing", &self.server_timing)
             .field("exposure", &self.exposure)
             .field("on_hold", &self.on_hold.is_some())

@@ -4,6 +4,7 @@ mod context_without_budget;
 mod dialects;
 mod enforce;
 mod exposure;
+mod front;
 mod h2;
 #[cfg(feature = "axum")]
 mod handlers;
