@@ -94,6 +94,26 @@ pub(crate) struct ServiceArgs {
     /// Milliseconds kept back from each budget to write the reply.
     #[arg(long, default_value_t = 10)]
     pub reserve: u64,
+    /// Whatever stands in front of this service (a proxy, a balancer) gives up after this many
+    /// ms: each request's budget is at most this less `--front-margin`, and a request without
+    /// a budget gets that, so the service answers with its own 504 and trace before the front's
+    /// bodyless one.
+    #[arg(long, value_name = "MS")]
+    pub front_timeout: Option<u64>,
+    /// Milliseconds kept from `--front-timeout` for the way back through the front.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 50,
+        requires = "front_timeout"
+    )]
+    pub front_margin: u64,
+    /// Take the time since the proxy's `X-Request-Start` stamp (nginx's `t=${msec}`, or
+    /// milliseconds or microseconds since the epoch) from each budget. Only for a service that
+    /// a proxy setting the header stands in front of: any caller can send it. A stamp in the
+    /// future or over a minute old is ignored and counted (`/debug/runtime`).
+    #[arg(long)]
+    pub trust_request_start: bool,
     /// Largest budget accepted, in ms; larger ones are clamped.
     #[arg(long, default_value_t = Budget::DEFAULT_MAX.as_millis())]
     pub max_budget: u64,

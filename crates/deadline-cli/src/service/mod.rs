@@ -64,11 +64,16 @@ pub(crate) async fn run(args: args::ServiceArgs) -> anyhow::Result<ExitCode> {
         // Outside the enforce layer but before any waiting: stamp an id and count the request
         // in flight (the hold hook counts it out, exactly once).
         .map_request(ids::stamp(&args.name, in_flight.clone()))
-        .layer(enforce)
+        .layer(enforce.clone())
         .service_fn(move |req| handler::answer(config.clone(), name.clone(), req));
     // The admin paths are answered here, before the request is counted or reaches the enforce
     // layer: they never wait for a slot, are never logged and never reach the work.
-    let admin = probe::Admin::new(in_flight.clone(), log.clone(), observers.registry.clone());
+    let admin = probe::Admin::new(
+        in_flight.clone(),
+        log.clone(),
+        observers.registry.clone(),
+        enforce.clone(),
+    );
     let public_admin = (!args.no_public_admin).then(|| admin.clone());
     // Boxed: an HTTP/2 stream's task is as large as the future it runs, and keeps that size
     // while its answer waits on the peer, long after the work has ended. Unboxed, this future

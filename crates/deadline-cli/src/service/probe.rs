@@ -34,9 +34,14 @@ impl Admin {
         in_flight: Arc<AtomicUsize>,
         log: Option<Arc<HoldLog>>,
         registry: Arc<deadline_http::metrics::Registry>,
+        enforce: deadline_http::EnforceDeadlineLayer,
     ) -> Admin {
         Admin {
-            probe: Arc::new(RuntimeProbe { in_flight, log }),
+            probe: Arc::new(RuntimeProbe {
+                in_flight,
+                log,
+                enforce,
+            }),
             registry,
         }
     }
@@ -61,6 +66,8 @@ impl Admin {
 struct RuntimeProbe {
     in_flight: Arc<AtomicUsize>,
     log: Option<Arc<HoldLog>>,
+    /// The service's enforce layer (a clone shares its counters).
+    enforce: deadline_http::EnforceDeadlineLayer,
 }
 
 /// The body of `GET /debug/runtime`.
@@ -75,6 +82,9 @@ struct RuntimeFigures {
     in_flight: usize,
     /// The hold log's counts, if there is a log.
     log: Option<LogCounts>,
+    /// `X-Request-Start` stamps ignored (malformed, in the future, or older than the maximum
+    /// skew), with `--trust-request-start`.
+    ignored_request_starts: u64,
 }
 
 impl RuntimeProbe {
@@ -86,6 +96,7 @@ impl RuntimeProbe {
             open_fds: open_fds(),
             in_flight: self.in_flight.load(Ordering::Acquire),
             log: self.log.as_ref().map(|log| log.counts()),
+            ignored_request_starts: self.enforce.ignored_request_starts(),
         };
         let mut response = match serde_json::to_vec(&figures) {
             Ok(body) => Response::new(Full::new(Bytes::from(body))),

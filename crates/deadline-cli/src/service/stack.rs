@@ -36,7 +36,14 @@ pub(super) fn enforce_layer(
         .record_metrics(&observers.metrics)
         .server_timing(args.server_timing())
         .trace_exposure(args.trace.clone());
-    enforce = enforce.queue(args.queue);
+    enforce = enforce
+        .queue(args.queue)
+        .request_start(args.trust_request_start);
+    if let Some(front) = args.front_timeout {
+        enforce = enforce
+            .front_timeout(Duration::from_millis(front))
+            .front_margin(Duration::from_millis(args.front_margin));
+    }
     if args.admission {
         let min_useful = args.admission_min_useful.unwrap_or(args.work);
         enforce = enforce.admission(Duration::from_millis(min_useful));

@@ -6,6 +6,7 @@ mod bench;
 mod call;
 mod demo;
 mod dialects;
+mod front;
 mod grpc;
 mod hold_log;
 mod hostile_downstream;
