@@ -11,14 +11,12 @@ fn secs(ms: f64) -> String {
 
 pub(crate) fn print_run(run: &DemoRun) {
     println!();
-    println!(
-        "{}",
-        if run.deadlines {
-            "With deadlines"
-        } else {
-            "Without deadlines"
-        }
-    );
+    let title = match run.chain {
+        Some(label) => label,
+        None if run.deadlines => "With deadlines",
+        None => "Without deadlines",
+    };
+    println!("{title}");
     match (run.heard(), run.user_heard_back_ms, run.user_gave_up_ms) {
         (Some(status), Some(at), _) => println!("  user       heard {status} at {}", secs(at)),
         (_, _, Some(at)) => println!("  user       gave up at {} with no answer", secs(at)),

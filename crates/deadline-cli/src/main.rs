@@ -11,6 +11,7 @@ mod demo_run;
 mod dialect_args;
 #[cfg(unix)]
 mod fd_limit;
+mod front_proxy;
 mod grpc;
 mod harness;
 mod holds;

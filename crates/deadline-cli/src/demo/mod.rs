@@ -13,6 +13,7 @@ use clap::Args;
 use serde::Serialize;
 
 mod grpcjs;
+mod proxy;
 
 use crate::demo_print::{print_comparison, print_run};
 use crate::demo_run::DemoRun;
@@ -75,6 +76,21 @@ pub(crate) struct DemoArgs {
     /// after the user left, sampled from `pg_stat_activity`.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// Put a real proxy in front of the gateway (user -> proxy -> gateway), whose timeout is
+    /// shorter than the user's wait and unknown to the services, and play the request three
+    /// ways: without deadlines, with them, and with the gateway told the proxy's timeout
+    /// (`--front-timeout`). nginx and HAProxy come from Debian's packages
+    /// (`scripts/install-proxies.sh`).
+    #[arg(long, value_enum, conflicts_with_all = ["peer", "postgres"])]
+    proxy: Option<crate::front_proxy::ProxyKind>,
+    /// With `--proxy`: the proxy's timeout in ms (nginx's `proxy_read_timeout`, HAProxy's
+    /// `timeout server`).
+    #[arg(long, value_name = "MS", default_value_t = 1_000, requires = "proxy")]
+    proxy_timeout: u64,
+    /// With `--proxy`: keep the proxy's generated configuration in this directory
+    /// (`nginx.conf` or `haproxy.conf`), to read its timeouts with `deadline path`.
+    #[arg(long, value_name = "DIR", requires = "proxy")]
+    keep_proxy_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,6 +217,12 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(peer) = args.peer {
         return grpcjs::compare(args, peer).await;
+    }
+    if let Some(kind) = args.proxy {
+        if args.protocol != Protocol::Http1 {
+            anyhow::bail!("--proxy puts an HTTP/1.1 proxy in front: it needs --protocol http1");
+        }
+        return proxy::run(args, kind).await;
     }
     let placement = args.placement.resolve()?;
     if !args.json {

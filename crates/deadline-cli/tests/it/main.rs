@@ -18,6 +18,7 @@ mod load;
 mod metrics;
 mod placement;
 mod postgres;
+mod proxy;
 // A private RabbitMQ node for `jobs`, the same one deadline-lapin's restart tests run (one file,
 // shared). Its `kill` is for those tests.
 #[allow(dead_code)]
