@@ -673,9 +673,19 @@ async fn a_connection_the_server_closed_while_idle_is_not_a_failed_call() {
     };
     let tls = client_config_from_pem(pki.ca_pem()).unwrap();
     let client = DeadlineClient::https(policy(2_000, 1), tls);
-    let url = format!("https://localhost:{}/", server.addr.port());
-    for _ in 0..3 {
+    // Through a counting relay: each call's connection is seen.
+    let (relay, connections) = slow_proxy(server.addr, Duration::ZERO).await;
+    let url = format!("https://localhost:{}/", relay.port());
+    for call in 1..=3 {
         assert_eq!(text(client.get(url.as_str()).await).await, "ok");
+        // Each call on a new connection: the one before was closed by the server while idle
+        // (so the case this test is about did happen), and was not reused.
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            call,
+            "call {call} went out on a connection of an earlier call"
+        );
+        // Three times the 100 ms idle timeout: time for the server to close the connection.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     server.stop().await;
