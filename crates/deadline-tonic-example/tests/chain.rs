@@ -108,8 +108,9 @@ async fn a_server_stream_ends_with_deadline_exceeded_at_the_deadline() {
     // 5 replies leave by 500 ms; a loaded machine may deliver fewer before the cutoff.
     assert!((2..=5).contains(&replies.len()), "{replies:?}");
     assert_eq!(replies[0], "gateway: reply 1 of 20");
+    // Cut at the 550 ms timeout: within twice it.
     assert!(
-        took >= Duration::from_millis(500) && took < Duration::from_millis(1_500),
+        took >= Duration::from_millis(500) && took < Duration::from_millis(1_100),
         "{took:?}"
     );
     chain.stop().await.unwrap();

@@ -99,8 +99,9 @@ async fn a_deadline_that_runs_out_downstream_is_deadline_exceeded_in_time() {
     .expect_err("inventory takes 5 s");
     let took = Instant::now().saturating_duration_since(start);
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
-    // Not 5 s, and not three attempts of it: the deadline ended the call.
-    assert!(took < Duration::from_secs(3), "{took:?} {status:?}");
+    // Not 5 s, and not three attempts of it: the deadline ended the call, at most its 600 ms
+    // after it began; within twice that.
+    assert!(took < Duration::from_millis(1_200), "{took:?} {status:?}");
     chain.stop().await.unwrap();
 }
 

@@ -91,7 +91,8 @@ fn a_gateway_translates_between_dialects() {
     // 600 less the 50 ms margin, sent as an instant, read less the 50 ms assumed skew.
     let budget = budget_in(&reply.body, "backend");
     assert!((300..=500).contains(&budget), "{reply:?}");
-    assert!(reply.elapsed < Duration::from_millis(1_300), "{reply:?}");
+    // At the 600 ms deadline: within twice it.
+    assert!(reply.elapsed < Duration::from_millis(1_200), "{reply:?}");
 
     // The same without --send: the backend reads nothing it accepts and works on, and the
     // gateway's own deadline ends the wait.

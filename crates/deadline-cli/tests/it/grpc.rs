@@ -162,8 +162,8 @@ async fn a_grpc_chain_reports_the_hop_that_ran_out() {
         ),
         "{answer:?}"
     );
-    // At the deadline, not after inventory's 3 s of work (slack for a busy machine).
-    assert!(answer.elapsed < Duration::from_millis(1_500), "{answer:?}");
+    // At the 600 ms deadline, not after inventory's 3 s of work: within twice it.
+    assert!(answer.elapsed < Duration::from_millis(1_200), "{answer:?}");
     let trace = answer.headers["deadline-trace"].to_str().unwrap();
     assert!(trace.contains("inventory@"), "{trace}");
 }

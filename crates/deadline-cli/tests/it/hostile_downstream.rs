@@ -173,8 +173,9 @@ fn without_a_budget_the_timeout_covers_the_reply_body() {
     let text = String::from_utf8_lossy(&body);
     assert_eq!(status, 502, "{text}");
     assert!(text.contains("timeout of 500 ms"), "{text}");
+    // One attempt of 500 ms, the stalled body included: within twice it.
     assert!(
-        elapsed >= Duration::from_millis(450) && elapsed < Duration::from_secs(10),
+        elapsed >= Duration::from_millis(450) && elapsed < Duration::from_secs(1),
         "{elapsed:?}"
     );
 }

@@ -258,7 +258,17 @@ fn slow_clients_run(count: usize, header_timeout: Duration) -> (Duration, u64, D
     let mut open = vec![true; count];
     pause(Duration::from_millis(500));
     trickle(&mut slow, &mut open);
-    let figures = runtime(&svc.addr);
+    // The service holds the slow connections once its runtime counts a task for each: waited
+    // for (up to 10 s), not assumed from the half second.
+    let until = now() + Duration::from_secs(10);
+    let figures = loop {
+        let figures = runtime(&svc.addr);
+        if n(&figures, "alive_tasks") >= u64::try_from(count).unwrap() || now() > until {
+            break figures;
+        }
+        trickle(&mut slow, &mut open);
+        pause(Duration::from_millis(20));
+    };
     let normal = get(&svc.addr, b"X-Request-Id: normal\r\n");
     assert_eq!(normal.status, 200, "{normal:?}");
     let early = count - open.iter().filter(|o| **o).count();
@@ -300,8 +310,9 @@ fn slow_clients_do_not_stop_others_and_are_cut_off_by_the_header_timeout() {
         all_closed >= timeout - Duration::from_millis(200),
         "closed by the timeout, not before: {all_closed:?}"
     );
+    // Each closed at the 2 s header timeout after it connected: within twice it.
     assert!(
-        all_closed < timeout + Duration::from_secs(4),
+        all_closed < timeout * 2,
         "all closed soon after the timeout: {all_closed:?}"
     );
 }

@@ -74,11 +74,18 @@ fn a_stream_is_ended_at_the_deadline_in_each_protocols_terms() {
     );
 
     // The three holds, as the log has them: cut at the deadline, in the stream phase. The log
-    // is flushed at least every 100 ms.
+    // is flushed at least every 100 ms: waited for (up to 10 s) until it holds three lines.
     #[allow(clippy::disallowed_methods)] // a real-time test of real processes
-    std::thread::sleep(Duration::from_millis(500));
+    let start = std::time::Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 3 || start.elapsed() > Duration::from_secs(10) {
+            break text;
+        }
+        #[allow(clippy::disallowed_methods)] // polling a file another process writes
+        std::thread::sleep(Duration::from_millis(20));
+    };
     drop(service);
-    let text = std::fs::read_to_string(&log).unwrap();
     let holds: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -224,7 +224,8 @@ fn a_silent_client_is_closed_after_the_tls_handshake_timeout() {
         after >= Duration::from_millis(450),
         "closed after {after:?}"
     );
-    assert!(after < Duration::from_secs(8), "closed after {after:?}");
+    // The 500 ms handshake timer (the header timeout is 30 s): within twice it.
+    assert!(after < Duration::from_secs(1), "closed after {after:?}");
     let err = String::from_utf8_lossy(
         &service_fails(&[
             "--tls-cert",

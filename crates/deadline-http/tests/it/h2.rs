@@ -142,6 +142,8 @@ async fn handler(request: Request<Incoming>, flaky: Arc<AtomicUsize>) -> Result<
 struct Server {
     addr: SocketAddr,
     holds: mpsc::UnboundedReceiver<Hold>,
+    /// One permit per request the handler was called with.
+    started: Arc<tokio::sync::Semaphore>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -154,11 +156,16 @@ impl Server {
     async fn start_with(options: ServeOptions) -> Server {
         let (hold_tx, holds) = mpsc::unbounded_channel();
         let flaky = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(tokio::sync::Semaphore::new(0));
+        let starts = started.clone();
         let service = EnforceDeadlineLayer::new("inventory")
             .on_hold(move |hold| {
                 let _ = hold_tx.send(hold.clone());
             })
-            .layer(service_fn(move |r| handler(r, flaky.clone())));
+            .layer(service_fn(move |r| {
+                starts.add_permits(1);
+                handler(r, flaky.clone())
+            }));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -169,6 +176,7 @@ impl Server {
         Server {
             addr,
             holds,
+            started,
             stop: Some(stop),
             task,
         }
@@ -582,12 +590,19 @@ async fn graceful_shutdown_lets_open_http2_streams_finish() {
     let client = h2_client();
     let request = grpc_request(&server.url("/pkg.Svc/Get"), &[("x-work-ms", "500")]);
     let call = tokio::spawn(async move { grpc_call(&client, request).await.status });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Stopped once the handler has started on the stream: its 500 ms of work are ahead.
+    timeout(Duration::from_secs(10), server.started.acquire())
+        .await
+        .expect("the stream reached the handler in time")
+        .expect("the server is running")
+        .forget();
     let start = Instant::now();
     server.stop().await;
+    // The stop waits for the stream's work: about 500 ms; not much less.
+    let took = Instant::now().saturating_duration_since(start);
     assert!(
-        Instant::now().saturating_duration_since(start) >= Duration::from_millis(200),
-        "shutdown waited for the stream"
+        took >= Duration::from_millis(400),
+        "shutdown waited {took:?} for a stream with 500 ms of work"
     );
     assert_eq!(call.await.unwrap(), 0, "the open stream finished");
 }

@@ -334,8 +334,10 @@ async fn a_slow_server_is_abandoned_at_the_deadline_and_sees_the_hang_up() {
 
     assert!(error.is_deadline(), "{error}");
     assert_eq!(error.attempts_sent(), 1, "no time for a second attempt");
+    // At the 300 ms deadline (the attempt's timeout is 1 s, the server's work 2 s): within
+    // twice it.
     assert!(
-        gave_up_after >= ms(250) && gave_up_after < ms(1_500),
+        gave_up_after >= ms(250) && gave_up_after < ms(600),
         "gave up after {gave_up_after:?}, around the 300 ms deadline"
     );
     // The server would finish at 2 s; it must learn of the hang-up well before.

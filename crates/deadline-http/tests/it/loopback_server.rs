@@ -266,7 +266,8 @@ async fn a_client_that_hangs_up_frees_its_worker_at_once() {
         .write_all(b"GET /slow HTTP/1.1\r\nhost: inventory\r\nx-request-id: gone-1\r\n\r\n")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The caller hangs up once the handler has started on its request.
+    server.wait_started().await;
     let closed = Instant::now();
     drop(stream);
 

@@ -9,6 +9,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +19,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 use tower::service_fn;
@@ -29,8 +30,26 @@ const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Bytes of the body `/big` answers: more than loopback's socket buffers hold.
 const BIG: usize = 64 << 20;
 
+/// Answers after `x-work-ms` ms of work: 64 MiB for `/big`, `done` otherwise.
+async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let work = request
+        .headers()
+        .get("x-work-ms")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(work)).await;
+    let body = if request.uri().path() == "/big" {
+        Bytes::from(vec![b'x'; BIG])
+    } else {
+        Bytes::from_static(b"done")
+    };
+    Ok(Response::new(Full::new(body)))
+}
+
 struct Server {
     addr: SocketAddr,
+    /// One permit per request the handler was called with.
+    started: Arc<Semaphore>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -38,19 +57,11 @@ struct Server {
 impl Server {
     /// `x-work-ms` sets how long a request works; `/big` answers [`BIG`] bytes.
     async fn start(options: ServeOptions) -> Server {
-        let service = service_fn(|request: Request<Incoming>| async move {
-            let work = request
-                .headers()
-                .get("x-work-ms")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(0);
-            tokio::time::sleep(Duration::from_millis(work)).await;
-            let body = if request.uri().path() == "/big" {
-                Bytes::from(vec![b'x'; BIG])
-            } else {
-                Bytes::from_static(b"done")
-            };
-            Ok::<_, Infallible>(Response::new(Full::new(body)))
+        let started = Arc::new(Semaphore::new(0));
+        let starts = started.clone();
+        let service = service_fn(move |request: Request<Incoming>| {
+            starts.add_permits(1);
+            answer(request)
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -61,9 +72,19 @@ impl Server {
         let task = tokio::spawn(serve_with(listener, service, shutdown, options));
         Server {
             addr,
+            started,
             stop: Some(stop),
             task,
         }
+    }
+
+    /// Waits (up to 10 s) until the handler has been called with one more request.
+    async fn wait_started(&self) {
+        timeout(Duration::from_secs(10), self.started.acquire())
+            .await
+            .expect("a request reached the handler in time")
+            .expect("the server is running")
+            .forget();
     }
 
     async fn stop(mut self) {
@@ -160,9 +181,12 @@ async fn a_preface_only_connection_is_closed_after_the_idle_timeout() {
         closed.is_some(),
         "the preface-only connection is still open"
     );
+    // The 300 ms idle timer sends GOAWAY; this peer answers no PING, so the socket is dropped
+    // after the 1 s close grace: about 1.3 s. Not before the idle timeout, and within twice
+    // the expected time.
     let after = Instant::now().saturating_duration_since(start);
     assert!(
-        after >= Duration::from_millis(250),
+        after >= Duration::from_millis(250) && after < Duration::from_millis(2_600),
         "closed after {after:?}"
     );
     server.stop().await;
@@ -175,6 +199,7 @@ async fn an_idle_http1_keep_alive_connection_is_closed_after_the_idle_timeout() 
     let options = ServeOptions::default().idle_timeout(Duration::from_millis(300));
     let server = Server::start(options).await;
     let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let start = Instant::now();
     stream
         .write_all(b"GET / HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .await
@@ -182,6 +207,12 @@ async fn an_idle_http1_keep_alive_connection_is_closed_after_the_idle_timeout() 
     let seen = read_until_closed(&mut stream, Duration::from_secs(6))
         .await
         .expect("the idle keep-alive connection is closed");
+    // Answered at once, then closed by the 300 ms idle timer: within twice it.
+    let after = Instant::now().saturating_duration_since(start);
+    assert!(
+        after >= Duration::from_millis(250) && after < Duration::from_millis(600),
+        "closed after {after:?}"
+    );
     let seen = String::from_utf8_lossy(&seen);
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
     assert!(
@@ -227,10 +258,18 @@ async fn an_http2_peer_that_answers_no_ping_is_closed() {
     let mut hello = PREFACE.to_vec();
     hello.extend(frame(0x4, 0, 0, &[])); // SETTINGS
     hello.extend(get_headers(20_000));
+    let start = Instant::now();
     stream.write_all(&hello).await.unwrap();
     let seen = read_until_closed(&mut stream, Duration::from_secs(8))
         .await
         .expect("the connection of a peer that answers no PING is closed");
+    // A PING after 300 ms of silence, 300 ms for its answer: closed about 600 ms after the
+    // request, within twice that (its work is 20 s).
+    let after = Instant::now().saturating_duration_since(start);
+    assert!(
+        after < Duration::from_millis(1_200),
+        "closed after {after:?}"
+    );
     let kinds = frames(&seen);
     assert!(kinds.contains(&(0x6, 0)), "a PING came first: {kinds:?}");
     assert!(!kinds.contains(&(0x1, 1)), "no answer came: {kinds:?}");
@@ -285,7 +324,8 @@ async fn at_the_connection_limit_with_none_idle_new_connections_are_refused() {
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Busy once the handler works on its request.
+    server.wait_started().await;
     let mut refused = TcpStream::connect(server.addr).await.unwrap();
     let _ = refused
         .write_all(b"GET / HTTP/1.1\r\nhost: localhost\r\n\r\n")
@@ -381,7 +421,25 @@ async fn at_the_connection_limit_a_connection_whose_answers_wait_on_the_peer_mak
     let mut hello = zero_window_hello();
     hello.extend(get_headers(0));
     stuck.write_all(&hello).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its answer waits on the peer once its HEADERS came (no DATA can follow).
+    let mut seen = Vec::new();
+    let headers = timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 16 << 10];
+        while !frames(&seen).contains(&(0x1, 1)) {
+            match stuck.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    })
+    .await;
+    assert_eq!(
+        headers,
+        Ok(true),
+        "the stuck stream's HEADERS: {:?}",
+        frames(&seen)
+    );
     let mut client = TcpStream::connect(server.addr).await.unwrap();
     client
         .write_all(b"GET / HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")

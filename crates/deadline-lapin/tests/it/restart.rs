@@ -147,8 +147,16 @@ async fn restart_mid_run(stop: Stop) {
         }
     });
 
-    // The restart, mid-run.
-    tokio::time::sleep(Duration::from_millis(1_400)).await;
+    // The restart, mid-run: once about 70 publishes were confirmed (about 1.4 s in), waited
+    // for (up to 30 s) rather than assumed from the producer's pace.
+    let waiting = Instant::now();
+    while confirmed.lock().unwrap().len() < 70 {
+        assert!(
+            Instant::now().saturating_duration_since(waiting) < Duration::from_secs(30),
+            "not 70 publishes confirmed within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let before = confirmed.lock().unwrap().len();
     let worked_before = worked.lock().unwrap().len();
     let stopping = Instant::now();

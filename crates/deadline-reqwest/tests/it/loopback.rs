@@ -215,8 +215,9 @@ async fn the_attempt_timeout_never_runs_past_the_deadline() {
         .await
         .unwrap_err();
     let took = Instant::now().saturating_duration_since(started);
+    // At the 400 ms deadline: within twice it.
     assert!(
-        took < ms(1_000),
+        took < ms(800),
         "gave up at the deadline, not after 5 s: {took:?}"
     );
     let error = call_error(error);
@@ -428,7 +429,8 @@ async fn a_stalled_body_ends_at_the_callers_deadline() {
     .await;
     let took = Instant::now().saturating_duration_since(start);
     assert!(result.is_err());
-    assert!(took >= ms(590) && took < ms(5_000), "{took:?}");
+    // The 600 ms deadline (the body stalls for good): within twice it.
+    assert!(took >= ms(590) && took < ms(1_200), "{took:?}");
     tokio::time::timeout(Duration::from_secs(10), ends.recv())
         .await
         .expect("the downstream sees the hang-up");

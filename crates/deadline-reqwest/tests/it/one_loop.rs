@@ -245,8 +245,9 @@ async fn reqwests_own_timeout_is_left_alone() {
         .unwrap_err();
     let took = Instant::now().saturating_duration_since(started);
     assert!(error.is_timeout(), "reqwest's own timeout: {error:?}");
+    // Within twice the request's 200 ms.
     assert!(
-        took < ms(2_000),
+        took < ms(400),
         "the request's 200 ms, not the policy's 3 s: {took:?}"
     );
 }
