@@ -128,7 +128,7 @@ struct Section {
 
 /// Reads the HAProxy configuration `text` (named `file`) into a hop.
 pub fn parse(file: &str, text: &str) -> Result<Hop, ParseError> {
-    let mut hop = Hop::new(file, HopKind::Haproxy);
+    let mut hop = Hop::new(format!("haproxy {file}"), HopKind::Haproxy);
     let mut defaults: HashMap<String, Settings> = HashMap::new();
     let mut last_defaults = Settings::default();
     let mut current: Option<Section> = None;

@@ -283,8 +283,9 @@ fn split_dump(text: &str) -> Option<Vec<(String, u32, String)>> {
     (!files.is_empty()).then_some(files)
 }
 
-/// Whether `name` matches the glob `pattern` (`*` and `?`; no classes).
-fn glob_match(pattern: &str, name: &str) -> bool {
+/// Whether `name` matches the glob `pattern` (`*` and `?`; no classes), as an `include`
+/// pattern matches file names.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
     let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
     let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
     while ni < n.len() {
@@ -401,7 +402,7 @@ pub fn parse(
         None => parse_file(file, text, 1, &mut Source::Loader(load), 0)?,
     };
     let mut reader = Reader {
-        hop: Hop::new(file, HopKind::Nginx),
+        hop: Hop::new(format!("nginx {file}"), HopKind::Nginx),
         upstreams: HashMap::new(),
     };
     reader.collect_upstreams(&tree)?;
