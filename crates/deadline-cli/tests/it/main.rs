@@ -16,6 +16,7 @@ mod kernel_queue;
 mod limits;
 mod load;
 mod metrics;
+mod path;
 mod placement;
 mod postgres;
 // A private RabbitMQ node for `jobs`, the same one deadline-lapin's restart tests run (one file,
