@@ -29,6 +29,10 @@ use super::{Hop, HopKind, Kind, Limit, Origin, ParseError, Role, TimeoutRetry, T
 /// How deep includes may nest before the reader gives up (a file including itself).
 pub const MAX_INCLUDE_DEPTH: usize = 16;
 
+/// How many files all includes together may bring in (files including each other by a glob
+/// would otherwise grow without bound long before the depth limit).
+pub const MAX_INCLUDED_FILES: usize = 4_096;
+
 /// nginx's defaults for the timers this reader knows.
 const DEFAULT_PROXY: Duration = Duration::from_secs(60);
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(75);
@@ -322,15 +326,17 @@ fn parse_file(
     first_line: u32,
     source: &mut Source<'_>,
     depth: usize,
+    included: &mut usize,
 ) -> Result<Vec<Directive>, ParseError> {
     let parsed = directives(name, tokens(name, text, first_line)?)?;
-    expand(parsed, source, depth)
+    expand(parsed, source, depth, included)
 }
 
 fn expand(
     parsed: Vec<Directive>,
     source: &mut Source<'_>,
     depth: usize,
+    included: &mut usize,
 ) -> Result<Vec<Directive>, ParseError> {
     let mut out = Vec::with_capacity(parsed.len());
     for mut d in parsed {
@@ -368,17 +374,30 @@ fn expand(
                     found
                 }
             };
+            *included += files.len();
+            if *included > MAX_INCLUDED_FILES {
+                return Err(d.error(format!(
+                    "includes bring in more than {MAX_INCLUDED_FILES} files (files including each other?)"
+                )));
+            }
             for (name, first_line, text) in files {
                 let shown = match source {
                     Source::Dump(_, dump) => (*dump).to_owned(),
                     Source::Loader(_) => name,
                 };
-                out.extend(parse_file(&shown, &text, first_line, source, depth + 1)?);
+                out.extend(parse_file(
+                    &shown,
+                    &text,
+                    first_line,
+                    source,
+                    depth + 1,
+                    included,
+                )?);
             }
             continue;
         }
         if let Some(block) = d.block.take() {
-            d.block = Some(expand(block, source, depth)?);
+            d.block = Some(expand(block, source, depth, included)?);
         }
         out.push(d);
     }
@@ -397,9 +416,9 @@ pub fn parse(
         Some(files) => {
             let mut source = Source::Dump(&files, file);
             let (_, first_line, main) = &files[0];
-            parse_file(file, main, *first_line, &mut source, 0)?
+            parse_file(file, main, *first_line, &mut source, 0, &mut 0)?
         }
-        None => parse_file(file, text, 1, &mut Source::Loader(load), 0)?,
+        None => parse_file(file, text, 1, &mut Source::Loader(load), 0, &mut 0)?,
     };
     let mut reader = Reader {
         hop: Hop::new(format!("nginx {file}"), HopKind::Nginx),

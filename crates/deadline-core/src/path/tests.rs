@@ -557,3 +557,18 @@ fn the_effective_limit_is_the_shortest_and_names_its_owner() {
         ("service a", Limit::After(ms(850)))
     );
 }
+
+#[test]
+fn includes_that_multiply_stop_at_the_file_cap() {
+    // Each level includes the next twice: 2^13 files, no cycle, never 16 deep.
+    let mut dump = String::new();
+    for level in 0..13 {
+        dump.push_str(&format!(
+            "# configuration file /etc/nginx/l{level}.conf:\ninclude /etc/nginx/l{next}.conf;\ninclude /etc/nginx/l{next}.conf;\n",
+            next = level + 1
+        ));
+    }
+    dump.push_str("# configuration file /etc/nginx/l13.conf:\n\n");
+    let err = nginx::parse("dump.txt", &dump, &mut no_includes).unwrap_err();
+    assert!(err.message.contains("more than 4096 files"), "{err}");
+}
