@@ -155,6 +155,8 @@ fn tokens(file: &str, text: &str, first_line: u32) -> Result<Vec<(Token, u32)>, 
                 out.push((Token::Word(word), start));
             }
             c => {
+                // A word is named by the line it starts on (an escaped newline may follow).
+                let start = line;
                 let mut word = String::from(c);
                 let mut in_var = false;
                 let mut prev = c;
@@ -186,7 +188,7 @@ fn tokens(file: &str, text: &str, first_line: u32) -> Result<Vec<(Token, u32)>, 
                     prev = d;
                     chars.next();
                 }
-                out.push((Token::Word(word), line));
+                out.push((Token::Word(word), start));
             }
         }
     }
@@ -271,16 +273,15 @@ fn directives(file: &str, tokens: Vec<(Token, u32)>) -> Result<Vec<Directive>, P
 /// is a plain configuration.
 fn split_dump(text: &str) -> Option<Vec<(String, u32, String)>> {
     let mut files: Vec<(String, u32, String)> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    // Split keeping each line's own ending, so the files' lines are exactly the output's.
+    for (i, line) in text.split_inclusive('\n').enumerate() {
         let marker = line
+            .trim_end_matches(['\n', '\r'])
             .strip_prefix("# configuration file ")
             .and_then(|rest| rest.strip_suffix(':'));
         match (marker, files.last_mut()) {
             (Some(path), _) => files.push((path.to_owned(), i as u32 + 2, String::new())),
-            (None, Some((_, _, body))) => {
-                body.push_str(line);
-                body.push('\n');
-            }
+            (None, Some((_, _, body))) => body.push_str(line),
             (None, None) => {}
         }
     }

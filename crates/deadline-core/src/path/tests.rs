@@ -572,3 +572,15 @@ fn includes_that_multiply_stop_at_the_file_cap() {
     let err = nginx::parse("dump.txt", &dump, &mut no_includes).unwrap_err();
     assert!(err.message.contains("more than 4096 files"), "{err}");
 }
+
+/// Found by the `nginx_config` fuzz target: a word ending in an escaped newline at the end of
+/// `nginx -T` output was named by a line past the output's last (the reader added a newline to
+/// the last line, and a word took the line it ended on).
+#[test]
+fn a_word_is_named_by_the_line_it_starts_on_within_the_input() {
+    let dump = "# configuration file /etc/nginx/nginx.conf:\nhttp {}\n\\\\";
+    let err = nginx::parse("dump.txt", dump, &mut no_includes).unwrap_err();
+    assert_eq!(err.line, 3, "{err}");
+    let err = nginx("server {}\nlisten \\\n80").unwrap_err();
+    assert_eq!(err.line, 2, "{err}");
+}
