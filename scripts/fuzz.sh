@@ -5,7 +5,7 @@
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh 0 trace_decode   (a number of executions instead of a time)
 #
 # Targets (fuzz/fuzz_targets/): budget_header, grpc_timeout, trace_decode, trace_roundtrip,
-# other_dialects. Each asserts its properties itself (a model of the documented rules, stable
+# other_dialects, nginx_config, haproxy_config. Each asserts its properties itself (a model of the documented rules, stable
 # decoding, an allocation bound), so any failed property is a crash. Runs on stable Rust without a sanitizer (`-s none`),
 # one target at a time. Exits non-zero if any target crashed, timed out or ran out of memory; the
 # input that did it is in fuzz/artifacts/TARGET/.
@@ -19,7 +19,7 @@ seconds="${1:-30}"
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-    targets=(budget_header grpc_timeout trace_decode trace_roundtrip other_dialects)
+    targets=(budget_header grpc_timeout trace_decode trace_roundtrip other_dialects nginx_config haproxy_config)
 fi
 case "$seconds" in
     '' | *[!0-9]*) echo "fuzz.sh: SECONDS_PER_TARGET must be a whole number, got '$seconds'" >&2; exit 2 ;;
@@ -41,6 +41,7 @@ fi
 max_len() {
     case "$1" in
         budget_header | grpc_timeout | other_dialects) echo 256 ;;
+        nginx_config | haproxy_config) echo 8192 ;;
         trace_decode) echo 8192 ;;
         trace_roundtrip) echo 4096 ;;
         *) echo 4096 ;;

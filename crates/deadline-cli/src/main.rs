@@ -20,6 +20,7 @@ mod jobs;
 mod load;
 mod otlp;
 mod outage;
+mod path;
 mod peer;
 mod pg;
 mod placement;
@@ -35,7 +36,7 @@ mod users;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 /// Carries a request's time budget from service to service over HTTP.
 #[derive(Debug, Parser)]
@@ -63,10 +64,14 @@ enum Command {
     Call(call::CallArgs),
     /// Queued work on RabbitMQ with slow consumers, without message expiry and with it.
     Jobs(jobs::JobsArgs),
+    /// Read the timeouts along a path (nginx, HAProxy, services, PostgreSQL) side by side and
+    /// name the ones that disagree.
+    Path(path::PathArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging();
     let result = match cli.command {
         Command::Trace(args) => trace_cmd::run(&args),
@@ -76,6 +81,14 @@ fn main() -> ExitCode {
         Command::Load(args) => runtime().and_then(|rt| rt.block_on(load::run(args))),
         Command::Call(args) => runtime().and_then(|rt| rt.block_on(call::run(args))),
         Command::Jobs(args) => runtime().and_then(|rt| rt.block_on(jobs::run(args))),
+        Command::Path(args) => {
+            // The hops' order is the order of their flags, which only the matches keep.
+            let inputs = matches
+                .subcommand_matches("path")
+                .map(|m| path::inputs(&args, m))
+                .unwrap_or_default();
+            runtime().and_then(|rt| rt.block_on(path::run(args, inputs)))
+        }
     };
     match result {
         Ok(code) => code,

@@ -18,7 +18,9 @@
 //! - [`admission`]: refusing at arrival what a queue could not finish;
 //! - [`trace`]: the `Deadline-Trace` codec;
 //! - [`expiry`]: the expiry a message carries when work leaves the request;
-//! - [`grpc`]: the gRPC status codes and message encoding a deadline answer needs.
+//! - [`grpc`]: the gRPC status codes and message encoding a deadline answer needs;
+//! - [`path`]: the timers along a path (nginx, HAProxy, services, PostgreSQL) and the rules
+//!   that find the ones that disagree.
 //!
 //! The tower layers that use it live in the `deadline-http` crate.
 //!
@@ -64,6 +66,7 @@ pub mod front;
 pub mod grpc;
 pub mod header;
 pub mod inbound;
+pub mod path;
 pub mod plan;
 pub mod trace;
 

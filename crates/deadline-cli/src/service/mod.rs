@@ -6,7 +6,7 @@
 //! ([`args`]), what can fail read before binding, the listeners bound ([`serve`]), the log,
 //! metrics and spans ([`observe`]), the database, the downstream client ([`downstream`]), the
 //! enforce layer and its hold hook ([`stack`]), request ids ([`ids`]), the work ([`handler`]),
-//! the admin paths ([`probe`]); then serving, and the drain at the end ([`drain`]).
+//! the admin paths ([`probe`], [`limits`]); then serving, and the drain at the end ([`drain`]).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ mod downstream;
 mod drain;
 mod handler;
 mod ids;
+mod limits;
 mod observe;
 pub(crate) mod probe;
 mod serve;
@@ -43,6 +44,7 @@ pub(crate) async fn run(args: args::ServiceArgs) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let tls = serve::server_tls(&args)?;
     let downstream_tls = downstream::tls_roots(&args)?;
+    let limits = limits::body(&limits::limits(&args, serve::max_connections(&args)))?;
     let (listener, admin_listener) = serve::bind(&args).await?;
 
     let observers = observe::Observers::new(&args, otlp_endpoint)?;
@@ -73,6 +75,7 @@ pub(crate) async fn run(args: args::ServiceArgs) -> anyhow::Result<ExitCode> {
         log.clone(),
         observers.registry.clone(),
         enforce.clone(),
+        limits,
     );
     let public_admin = (!args.no_public_admin).then(|| admin.clone());
     // Boxed: an HTTP/2 stream's task is as large as the future it runs, and keeps that size

@@ -1,5 +1,6 @@
 //! The admin paths of `deadline service`: `GET /debug/runtime` (this process's runtime
-//! figures, as JSON) and `GET /metrics` (the Prometheus scrape), answered before a request is
+//! figures, as JSON), `GET /metrics` (the Prometheus scrape) and `GET /deadline/limits` (its
+//! own limits, for `deadline path`), answered before a request is
 //! counted or reaches the enforce layer, on the public port and on `--admin-listen`.
 
 use std::sync::Arc;
@@ -25,6 +26,8 @@ pub(crate) const METRICS_PATH: &str = "/metrics";
 pub(super) struct Admin {
     probe: Arc<RuntimeProbe>,
     registry: Arc<deadline_http::metrics::Registry>,
+    /// The body of `GET /deadline/limits`, made once at start.
+    limits: Bytes,
 }
 
 impl Admin {
@@ -35,6 +38,7 @@ impl Admin {
         log: Option<Arc<HoldLog>>,
         registry: Arc<deadline_http::metrics::Registry>,
         enforce: deadline_http::EnforceDeadlineLayer,
+        limits: Bytes,
     ) -> Admin {
         Admin {
             probe: Arc::new(RuntimeProbe {
@@ -43,6 +47,7 @@ impl Admin {
                 enforce,
             }),
             registry,
+            limits,
         }
     }
 
@@ -57,9 +62,20 @@ impl Admin {
                 deadline_http::metrics::scrape(&self.registry)
                     .map(|text| Full::new(Bytes::from(text))),
             ),
+            super::limits::LIMITS_PATH => Some(json(self.limits.clone())),
             _ => None,
         }
     }
+}
+
+/// A 200 answer with a JSON `body`.
+fn json(body: Bytes) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// What `GET /debug/runtime` reads.
@@ -98,15 +114,10 @@ impl RuntimeProbe {
             log: self.log.as_ref().map(|log| log.counts()),
             ignored_request_starts: self.enforce.ignored_request_starts(),
         };
-        let mut response = match serde_json::to_vec(&figures) {
-            Ok(body) => Response::new(Full::new(Bytes::from(body))),
-            Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")),
-        };
-        response.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        response
+        match serde_json::to_vec(&figures) {
+            Ok(body) => json(Bytes::from(body)),
+            Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")),
+        }
     }
 }
 

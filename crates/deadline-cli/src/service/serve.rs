@@ -177,12 +177,15 @@ fn serve_limits(args: &ServiceArgs) -> ServeOptions {
         .idle_timeout(Duration::from_millis(args.idle_timeout))
         .keep_alive(keep_alive)
         .send_timeout(Duration::from_millis(args.send_timeout))
-        .max_connections(Some(
-            args.max_connections
-                .unwrap_or_else(|| default_max_connections(open_file_limit())),
-        ))
+        .max_connections(Some(max_connections(args)))
         .max_concurrent_streams(args.max_streams)
         .shutdown_grace(Duration::from_secs(args.drain_timeout))
+}
+
+/// The public port's connection limit: `--max-connections`, or its default.
+pub(super) fn max_connections(args: &ServiceArgs) -> usize {
+    args.max_connections
+        .unwrap_or_else(|| default_max_connections(open_file_limit()))
 }
 
 /// Files the service keeps for itself beyond its public connections: its listeners, log,

@@ -16,6 +16,7 @@ mod kernel_queue;
 mod limits;
 mod load;
 mod metrics;
+mod path;
 mod placement;
 mod postgres;
 mod proxy;
