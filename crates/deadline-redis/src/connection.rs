@@ -435,3 +435,63 @@ fn abandoned(settings: &Settings, command: &str, start: Instant) -> Error {
         by_server: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Rules 1 and 3 on a paused clock: what is left less the 50 ms margin, rounded down, is
+    /// the longest wait (and a blocking command's timeout); with less than 50 + 50 ms left,
+    /// nothing is sent.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_and_the_cap_follow_the_time_left() {
+        let settings = Settings::default();
+        let cutoff = Deadline::after_duration(Instant::now().into_std(), ms(300));
+        assert_eq!(decide(&settings, cutoff).unwrap(), ms(250));
+
+        tokio::time::advance(Duration::from_micros(100_400)).await;
+        let budget = decide(&settings, cutoff).unwrap();
+        assert_eq!(
+            budget,
+            ms(149),
+            "199.6 ms left less the margin, rounded down"
+        );
+        let blpop = redis::cmd("BLPOP").arg("k").arg(10).clone();
+        match blocking::cap(&blpop, Some("BLPOP"), budget) {
+            Capped::Rewritten { cmd, .. } => {
+                assert_eq!(
+                    cmd.get_packed_command(),
+                    redis::cmd("BLPOP")
+                        .arg("k")
+                        .arg("0.149")
+                        .get_packed_command()
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+
+        tokio::time::advance(Duration::from_micros(99_600)).await;
+        assert_eq!(
+            decide(&settings, cutoff).unwrap(),
+            ms(50),
+            "100 ms left: still sent"
+        );
+        tokio::time::advance(ms(1)).await;
+        match decide(&settings, cutoff) {
+            Err(stop) => match not_sent(&settings, "GET", stop) {
+                Error::NotSent {
+                    remaining, needed, ..
+                } => {
+                    assert_eq!(needed, ms(100));
+                    assert_eq!(remaining, ms(99));
+                }
+                other => panic!("{other}"),
+            },
+            Ok(budget) => panic!("sent with {budget:?}"),
+        }
+    }
+}
