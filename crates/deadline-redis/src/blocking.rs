@@ -15,10 +15,12 @@
 //! | `WAIT` | the second | milliseconds, `0` = for ever |
 //! | `WAITAOF` | the third | milliseconds, `0` = for ever |
 //!
-//! The cap is rounded **down** to whole milliseconds (written `S.mmm` for the commands that take
-//! seconds, which Redis 6 and later read), so Redis never waits past it. A cap below 1 ms would
-//! have to be written `0`, which means "for ever": such a command is not sent
-//! ([`Capped::TooShort`]); the minimum useful time (at least 1 ms) already refuses it first.
+//! The cap is what is left less the margin and less Redis's timer tick (see
+//! [`DeadlinePool::server_tick`](crate::DeadlinePool::server_tick)), at least 1 ms, rounded
+//! **down** to whole milliseconds (written `S.mmm` for the commands that take seconds, which
+//! Redis 6 and later read), so Redis never waits past it. A cap below 1 ms would have to be
+//! written `0`, which means "for ever": such a command is not sent (the minimum useful time, at
+//! least 1 ms, already refuses it first).
 //! A timeout argument the command already gives that is no longer than the cap is left as it
 //! is: the command's own choice, and its nil then means what it always meant.
 

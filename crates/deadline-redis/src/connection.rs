@@ -121,7 +121,8 @@ impl Connection {
     ///
     /// Inside a request with a deadline: not sent with less than the margin plus the minimum
     /// useful time left before the cutoff ([`Error::NotSent`]); a blocking command's timeout
-    /// argument capped to what is left less the margin, its "nothing came" nil then being
+    /// argument capped to what is left less the margin and the server tick, its "nothing came"
+    /// nil then being
     /// [`Error::Deadline`] (`by_server`); the wait for the reply ended at the cutoff
     /// ([`Error::Deadline`]). Outside any deadline: the command as redis-rs sends it.
     pub async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error> {
@@ -229,7 +230,8 @@ impl Connection {
                 return Err(not_sent(settings, command, stop));
             }
         };
-        let (to_send, nil_is_timeout) = match blocking::cap(cmd, name.as_deref(), budget) {
+        let cap = blocking_cap(settings, budget);
+        let (to_send, nil_is_timeout) = match blocking::cap(cmd, name.as_deref(), cap) {
             Capped::NotBlocking | Capped::Within => (None, false),
             Capped::Rewritten {
                 cmd,
@@ -240,7 +242,7 @@ impl Connection {
                 return Err(Error::NotSent {
                     target: settings.name.to_string(),
                     command: command.to_owned(),
-                    remaining: budget,
+                    remaining: cap,
                     needed: Duration::from_millis(1),
                 });
             }
@@ -396,6 +398,14 @@ fn convert<T: FromRedisValue>(value: Value) -> Result<T, Error> {
     redis::from_redis_value(value).map_err(|e| Error::Redis(e.into()))
 }
 
+/// A blocking command's timeout for a command that may wait `budget`: less the server tick,
+/// at least 1 ms (see [`DeadlinePool::server_tick`](crate::DeadlinePool::server_tick)).
+fn blocking_cap(settings: &Settings, budget: Duration) -> Duration {
+    budget
+        .saturating_sub(settings.server_tick)
+        .max(Duration::from_millis(1))
+}
+
 /// The longest a command sent now may wait, from the core's planner (one attempt: what is
 /// left before the cutoff less the margin, rounded down to whole milliseconds), or why none is
 /// sent.
@@ -445,8 +455,8 @@ mod tests {
     }
 
     /// Rules 1 and 3 on a paused clock: what is left less the 50 ms margin, rounded down, is
-    /// the longest wait (and a blocking command's timeout); with less than 50 + 50 ms left,
-    /// nothing is sent.
+    /// the longest wait, and less the 100 ms server tick a blocking command's timeout; with
+    /// less than 50 + 50 ms left, nothing is sent.
     #[tokio::test(start_paused = true)]
     async fn the_wait_and_the_cap_follow_the_time_left() {
         let settings = Settings::default();
@@ -461,13 +471,16 @@ mod tests {
             "199.6 ms left less the margin, rounded down"
         );
         let blpop = redis::cmd("BLPOP").arg("k").arg(10).clone();
-        match blocking::cap(&blpop, Some("BLPOP"), budget) {
+        // Less the 100 ms server tick.
+        assert_eq!(blocking_cap(&settings, budget), ms(49));
+        assert_eq!(blocking_cap(&settings, ms(100)), ms(1), "never below 1 ms");
+        match blocking::cap(&blpop, Some("BLPOP"), blocking_cap(&settings, budget)) {
             Capped::Rewritten { cmd, .. } => {
                 assert_eq!(
                     cmd.get_packed_command(),
                     redis::cmd("BLPOP")
                         .arg("k")
-                        .arg("0.149")
+                        .arg("0.049")
                         .get_packed_command()
                 );
             }

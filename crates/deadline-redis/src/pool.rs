@@ -77,7 +77,8 @@ impl DeadlinePool {
 
     /// The time kept back from the cutoff for a reply to come back from Redis (default 50 ms,
     /// as the HTTP client's): a blocking command's timeout argument is capped to what is left
-    /// less this, so Redis's own "nothing came" reply arrives before the cutoff.
+    /// less this (and less the [server tick](Self::server_tick)), so Redis's own "nothing
+    /// came" reply arrives before the cutoff.
     pub fn margin(mut self, margin: Duration) -> DeadlinePool {
         let s = self.settings_mut();
         s.policy = Settings::policy(margin, s.policy.min_useful());
@@ -97,6 +98,16 @@ impl DeadlinePool {
     /// past it the connection is closed instead of being handed out.
     pub fn drain_limit(mut self, drain_limit: Duration) -> DeadlinePool {
         self.settings_mut().drain_limit = drain_limit;
+        self
+    }
+
+    /// How much shorter than what is left (less the margin) a blocking command's timeout is
+    /// capped (default 100 ms, at least 1 ms always remaining): Redis ends a blocked command on
+    /// its event loop's ticks, up to `1 / hz` after its timeout (100 ms with Redis's default
+    /// `hz 10`). Set it to `1000 / hz` ms for a server with another `hz`, or to zero where a
+    /// late answer, cut locally at the cutoff and its connection closed, is acceptable.
+    pub fn server_tick(mut self, tick: Duration) -> DeadlinePool {
+        self.settings_mut().server_tick = tick;
         self
     }
 

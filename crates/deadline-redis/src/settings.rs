@@ -13,6 +13,12 @@ use deadline::plan::{DEFAULT_MARGIN, DEFAULT_MIN_USEFUL};
 /// [`DeadlinePool::drain_limit`](crate::DeadlinePool::drain_limit).
 pub const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_millis(100);
 
+/// The default time a blocking command's capped timeout is shortened by, for Redis's timer:
+/// Redis ends a blocked command's wait on its event loop's ticks, `hz` a second (10 by
+/// default), so up to 100 ms after the timeout on an idle server. See
+/// [`DeadlinePool::server_tick`](crate::DeadlinePool::server_tick).
+pub const DEFAULT_SERVER_TICK: Duration = Duration::from_millis(100);
+
 /// The default name of the store in traces and 504 bodies.
 pub const DEFAULT_NAME: &str = "redis";
 
@@ -26,18 +32,21 @@ pub(crate) struct Settings {
     /// The core's call policy: one attempt, the margin and the minimum useful time.
     pub(crate) policy: CallPolicy,
     pub(crate) drain_limit: Duration,
+    /// Taken off a blocking command's capped timeout, for Redis's timer ticks.
+    pub(crate) server_tick: Duration,
     pub(crate) name: Arc<str>,
     #[cfg(feature = "metrics")]
     pub(crate) metrics: Option<deadline_http::metrics::QueryMetrics>,
 }
 
 impl Default for Settings {
-    /// The HTTP client's margin and minimum useful time (50 ms each), a 100 ms drain limit, no
-    /// metrics.
+    /// The HTTP client's margin and minimum useful time (50 ms each), a 100 ms drain limit, a
+    /// 100 ms server tick, no metrics.
     fn default() -> Settings {
         Settings {
             policy: Settings::policy(DEFAULT_MARGIN, DEFAULT_MIN_USEFUL),
             drain_limit: DEFAULT_DRAIN_LIMIT,
+            server_tick: DEFAULT_SERVER_TICK,
             name: Arc::from(DEFAULT_NAME),
             #[cfg(feature = "metrics")]
             metrics: None,
