@@ -24,7 +24,7 @@ pub(crate) async fn pool(size: usize) -> DeadlinePool {
         Ok(pool) => pool,
         Err(e) => panic!(
             "these tests need a Redis server, and {url} could not be used: {e} ({:?})\n\
-             start one (`redis-server --daemonize yes`), or set {URL_VAR} to a reachable server",
+             start one with scripts/ensure-redis.sh, or set {URL_VAR} to a reachable server",
             std::error::Error::source(&e).map(ToString::to_string)
         ),
     }
