@@ -140,3 +140,15 @@ pub(crate) async fn poll_once_and_drop<F: std::future::Future>(future: F) -> boo
     let mut future = std::pin::pin!(future);
     std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_pending())).await
 }
+
+/// The futures a handler awaits are `Send`, as axum and `tokio::spawn` need (checked when this
+/// file compiles).
+#[allow(dead_code)]
+fn futures_are_send(pool: &DeadlinePool, conn: &mut deadline_redis::Connection) {
+    fn send<T: Send>(_: T) {}
+    send(pool.get());
+    let cmd = redis::cmd("GET");
+    send(conn.query::<Option<String>>(&cmd));
+    let pipe = redis::pipe();
+    send(conn.pipeline::<redis::Value>(&pipe));
+}
