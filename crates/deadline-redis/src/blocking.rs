@@ -80,8 +80,9 @@ fn timeout_arg(name: &str, args: &[&[u8]]) -> Option<(usize, Unit)> {
         "WAITAOF" if n >= 4 => Some((3, Unit::Millis)),
         "XREAD" | "XREADGROUP" => {
             // `BLOCK ms` among the options, all of which come before `STREAMS` (a key or an ID
-            // after it may well be spelled "block").
-            let mut i = 1;
+            // after it may well be spelled "block"); XREADGROUP's options follow `GROUP group
+            // consumer`, names that may be spelled "block" or "streams" too.
+            let mut i = if name == "XREADGROUP" { 4 } else { 1 };
             while i < n {
                 if args[i].eq_ignore_ascii_case(b"STREAMS") {
                     return None;
@@ -249,6 +250,36 @@ mod tests {
                 300
             ),
             ["XREAD", "COUNT", "1", "block", "300", "STREAMS", "s", "$"]
+        );
+        // A group called "streams" and a consumer called "block" are names, not options.
+        assert_eq!(
+            capped(
+                redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg("streams")
+                    .arg("block")
+                    .arg("COUNT")
+                    .arg(1)
+                    .arg("BLOCK")
+                    .arg(5_000)
+                    .arg("STREAMS")
+                    .arg("s")
+                    .arg(">"),
+                300
+            ),
+            [
+                "XREADGROUP",
+                "GROUP",
+                "streams",
+                "block",
+                "COUNT",
+                "1",
+                "BLOCK",
+                "300",
+                "STREAMS",
+                "s",
+                ">"
+            ]
         );
         assert_eq!(
             capped(redis::cmd("WAIT").arg(1).arg(0), 120),

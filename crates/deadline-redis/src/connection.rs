@@ -149,7 +149,8 @@ impl Connection {
             state,
             ..
         } = self;
-        let object = object.as_mut().expect("present until dropped");
+        // `settle` returned Ok: it leaves a connection in place, or an error.
+        let object = object.as_mut().expect("settle leaves a connection");
         let mut record = Record::start(settings, context.clone());
         let Some(cutoff) = cutoff else {
             let mut flight = InFlight {
@@ -208,7 +209,8 @@ impl Connection {
             state,
             ..
         } = self;
-        let object = object.as_mut().expect("present until dropped");
+        // `settle` returned Ok: it leaves a connection in place, or an error.
+        let object = object.as_mut().expect("settle leaves a connection");
         let mut record = Record::start(settings, context.clone());
         let Some(cutoff) = cutoff else {
             // No deadline: redis-rs as it is (its own response timeout included). Only a reply
@@ -289,15 +291,19 @@ impl Connection {
 
     /// Makes the connection clean before a command: drains an abandoned reply (within the
     /// drain limit, and the cutoff), or closes the connection and takes a fresh one.
+    ///
+    /// The connection is marked clean only once it holds one: a wait for a fresh connection
+    /// that fails (or whose future is dropped) leaves it marked for replacement, so the next
+    /// command tries again rather than finding none.
     async fn settle(&mut self, cutoff: Option<Deadline>) -> Result<(), Error> {
-        match self.state.load(Ordering::SeqCst) {
-            CLEAN => return Ok(()),
-            DRAIN => {
+        match (self.state.load(Ordering::SeqCst), &self.object) {
+            (_, None) => {}
+            (CLEAN, Some(_)) => return Ok(()),
+            (DRAIN, Some(object)) => {
                 let mut limit = Instant::now() + self.settings.drain_limit;
                 if let Some(cutoff) = cutoff {
                     limit = limit.min(Instant::from_std(cutoff.instant()));
                 }
-                let object = self.object.as_ref().expect("present until dropped");
                 if drain(object, limit).await {
                     self.state.store(CLEAN, Ordering::SeqCst);
                     return Ok(());
@@ -308,9 +314,10 @@ impl Connection {
         if let Some(object) = self.object.take() {
             close(object);
         }
-        self.state.store(CLEAN, Ordering::SeqCst);
+        self.state.store(CLOSE, Ordering::SeqCst);
         let fresh = pool::take(&self.pool, &self.settings).await?;
         self.object = Some(fresh);
+        self.state.store(CLEAN, Ordering::SeqCst);
         Ok(())
     }
 }

@@ -104,8 +104,8 @@ async fn the_wait_for_a_reply_ends_at_the_cutoff() {
     );
     assert!(took >= ms(300), "ended before the cutoff: {took:?}");
     assert!(
-        took < ms(450),
-        "ended {took:?} after its start, the cutoff was 300 ms"
+        took < ms(600),
+        "ended {took:?} after its start, the cutoff was 300 ms (at most twice that)"
     );
     assert_eq!(outcomes(&ctx, "query"), ["deadline"]);
     drop(conn);
@@ -128,7 +128,10 @@ async fn the_wait_for_a_reply_ends_at_the_cutoff() {
 /// cap is the command's own: its nil is an answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_commands_timeout_is_capped_to_the_budget() {
-    let pool = pool(1).await;
+    // A server tick taken as 250 ms (Redis's is 100 ms): the cap comes 300 ms before the
+    // cutoff, so Redis's answer, due at most one real tick after the cap, has 190 ms to spare
+    // on a loaded machine before the client's own cut at the cutoff.
+    let pool = pool(1).await.server_tick(ms(250));
     let watcher = Watcher::new().await;
     let (name, key) = (unique("cap"), unique("cap_key"));
     let mut conn = pool.get().await.unwrap();
@@ -153,9 +156,9 @@ async fn a_blocking_commands_timeout_is_capped_to_the_budget() {
         ),
         "{err}"
     );
-    // The cap: 400 ms less the 50 ms margin and the 100 ms server tick; Redis answers on its
+    // The cap: 400 ms less the 50 ms margin and the 250 ms tick taken; Redis answers on its
     // next tick after it, up to 100 ms later.
-    assert!(took >= ms(245), "Redis stopped early: {took:?}");
+    assert!(took >= ms(95), "Redis stopped early: {took:?}");
     assert!(took < ms(400), "Redis stopped at {took:?}, past the cutoff");
     assert_eq!(outcomes(&ctx, "query"), ["deadline"]);
     // The same client, open and not blocked: the connection was not closed.
@@ -170,7 +173,7 @@ async fn a_blocking_commands_timeout_is_capped_to_the_budget() {
     let _: String = watcher
         .run(redis::cmd("XADD").arg(&stream).arg("*").arg("f").arg("v"))
         .await;
-    let ctx = context(300);
+    let ctx = context(500);
     let start = Instant::now();
     let err = ctx
         .clone()
@@ -197,11 +200,11 @@ async fn a_blocking_commands_timeout_is_capped_to_the_budget() {
         ),
         "{err}"
     );
-    assert!(took >= ms(145) && took < ms(300), "{took:?}");
+    assert!(took >= ms(195) && took < ms(500), "{took:?}");
 
-    // WAIT 1 0: no replica here, so it would wait for ever; capped to 150 ms, it answers the
+    // WAIT 1 0: no replica here, so it would wait for ever; capped to 200 ms, it answers the
     // count (or, should Redis be later than its tick, is cut at the cutoff).
-    let ctx = context(300);
+    let ctx = context(500);
     let start = Instant::now();
     let replicas = ctx
         .clone()
@@ -221,7 +224,7 @@ async fn a_blocking_commands_timeout_is_capped_to_the_budget() {
             "{e}"
         ),
     }
-    assert!(took >= ms(145) && took < ms(400), "{took:?}");
+    assert!(took >= ms(195) && took < ms(600), "{took:?}");
 
     // The command's own 100 ms is within the cap: its nil is an answer, not the deadline's.
     let ctx = context(1_000);
