@@ -277,8 +277,10 @@ impl EnforceDeadlineLayer {
     /// microseconds since the epoch) and take the time since from the request's budget. The
     /// stamp is guarded as absolute deadlines are ([`skew_guard`](Self::skew_guard)): one in
     /// the future by more than the assumed skew, older than the maximum skew, or malformed is
-    /// ignored and counted ([`ignored_request_starts`](Self::ignored_request_starts)). Default
-    /// `false`: only a proxy should set the header, and any caller can send it.
+    /// ignored and counted ([`ignored_request_starts`](Self::ignored_request_starts)). Beside an
+    /// accepted `X-Request-Deadline` the stamp is not used: an absolute deadline already counts
+    /// the time spent in front. Default `false`: only a proxy should set the header, and any
+    /// caller can send it.
     pub fn request_start(mut self, trust: bool) -> Self {
         self.settings.front.request_start = trust;
         self

@@ -227,6 +227,16 @@ fn in_front(
     let Some(stamp) = headers.get(front::REQUEST_START_HEADER) else {
         return (budget, by_front);
     };
+    // An absolute deadline read from the request already counts the time spent in front:
+    // taking it off again would count it twice.
+    if settings
+        .sources
+        .set
+        .contains(deadline::inbound::Source::RequestDeadline)
+        && headers.contains_key(deadline::absolute::REQUEST_DEADLINE_HEADER)
+    {
+        return (budget, by_front);
+    }
     let spent = front::parse_request_start(stamp.as_bytes())
         .ok_or(front::StartIgnored::Malformed)
         .and_then(|start| front::time_in_front(start, time::wall_now(), &settings.sources.guard));

@@ -123,7 +123,7 @@ async fn time_spent_in_front_comes_off_the_budget() {
             assert_eq!(status, StatusCode::OK);
             let seen = seen.expect("a budget");
             assert!(
-                (expected - slack..=expected).contains(&seen),
+                (expected.saturating_sub(slack)..=expected).contains(&seen),
                 "{seen} ms, not {expected} within {slack}"
             );
             assert_eq!(layer.ignored_request_starts(), 0);
@@ -170,4 +170,30 @@ async fn a_request_that_spent_its_budget_in_front_is_refused_on_arrival() {
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(seen, None, "the handler never ran");
     assert!(trace.ends_with("^0=0"), "{trace}");
+}
+
+/// An absolute deadline (`X-Request-Deadline`) already counts the time spent in front: a
+/// trusted stamp beside it is not taken off a second time.
+#[tokio::test(start_paused = true)]
+async fn a_stamp_beside_an_absolute_deadline_is_not_counted_twice() {
+    let accept = "deadline-budget-ms,x-request-deadline"
+        .parse()
+        .expect("a source set");
+    let layer = EnforceDeadlineLayer::new("gateway")
+        .accept(accept)
+        .request_start(true);
+    #[allow(clippy::disallowed_methods)] // an absolute deadline is wall time by definition
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_micros();
+    let deadline = ("x-request-deadline", (now_us + 1_000_000).to_string());
+    let seen = serve(&layer, vec![deadline, started(300)], 10)
+        .await
+        .2
+        .expect("a budget");
+    // 1 s less the guard's 50 ms assumed skew and the 10 ms reserve: 940, less what the
+    // request took to build (not 640: the 300 ms in front taken twice).
+    assert!((900..=940).contains(&seen), "{seen} ms");
+    assert_eq!(layer.ignored_request_starts(), 0);
 }
