@@ -9,6 +9,11 @@
 //! own (no `Deadline-Trace`) and close the upstream connection, so the service sees a hang-up.
 //! Both stamp `X-Request-Start` (`t=SECONDS.MILLISECONDS`) as they forward. nginx does not retry
 //! here (one upstream); `proxy_next_upstream` is left at its default.
+//!
+//! The proxy is killed when the demo ends, fails or is interrupted (Ctrl-C). A demo killed with
+//! SIGKILL cannot: nginx and HAProxy do not watch their parent (the services do, through
+//! `--exit-on-stdin-close`), and a parent-death signal needs `unsafe` code, which this crate
+//! forbids. Their processes are then left to end by hand.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -13,9 +13,9 @@
 //! retries back off with full jitter inside the budget and draw from a retry budget per target
 //! shared by every clone of the client, the callee's pushback (`Retry-After`,
 //! `grpc-retry-pushback-ms`) is honoured inside the budget, a gRPC answer is judged by its
-//! `grpc-status`, idempotent calls may be hedged, and the call with its attempts and its
-//! callees' `Deadline-Trace` goes into the hop's trace (and into Prometheus metrics and
-//! OpenTelemetry spans, with the `metrics` and `otel` features).
+//! `grpc-status`, idempotent calls may be hedged, and the call with its attempts goes into the
+//! hop's trace, with its callees' `Deadline-Trace` where the hop's answer shows the trace (and
+//! into Prometheus metrics and OpenTelemetry spans, with the `metrics` and `otel` features).
 //!
 //! The deadline is picked up with no application code: inside a handler served by the
 //! `deadline-http` enforce layer (or inside [`deadline_http::with_deadline`]), the task-local

@@ -118,7 +118,8 @@ fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    match rest.split_once('@') {
+    // The last `@` ends the credentials: a password may hold one too.
+    match rest.rsplit_once('@') {
         Some((user, host)) => {
             let user = user.split(':').next().unwrap_or_default();
             format!("{scheme}://{user}@{host}")

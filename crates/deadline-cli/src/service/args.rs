@@ -47,8 +47,9 @@ pub(crate) struct ServiceArgs {
     /// `/metrics`, and a line on stderr at shutdown); failed exports are not retried.
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
-    /// Also serve the admin paths (`/metrics`, `/debug/runtime`, `/deadline/limits`) on this address, apart from
-    /// the public port (a second line, `admin on http://ADDR`, follows the ready line).
+    /// Also serve the admin paths (`/metrics`, `/debug/runtime`, `/deadline/limits`) on this
+    /// address, apart from the public port (a second line, `admin on http://ADDR`, follows the
+    /// ready line).
     #[arg(long)]
     pub admin_listen: Option<SocketAddr>,
     /// Do not answer the admin paths on the public port (they are then ordinary work paths):

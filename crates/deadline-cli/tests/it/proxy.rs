@@ -1,7 +1,9 @@
 //! Real proxies in front of `deadline service`: nginx and HAProxy from Debian's packages
 //! (`scripts/install-proxies.sh` installs them; a missing one fails these tests). The budget
-//! header passes both unchanged, their `X-Request-Start` stamp is read by a trusting service,
-//! and `deadline demo --proxy` passes its check with each in front.
+//! header passes both unchanged, and their `X-Request-Start` stamp is read by a trusting
+//! service. `deadline demo --proxy nginx|haproxy --check` runs in CI on its own, not here: its
+//! check allows 50 ms of work after the proxy's hang-up, a bound for a machine not also running
+//! the rest of this suite.
 
 use std::io::Write as _;
 use std::net::{TcpListener, TcpStream};
@@ -9,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::util::{Service, bin, get};
+use crate::util::{Service, get};
 
 /// A proxy the test started, killed when dropped.
 struct Proxy {
@@ -101,8 +103,11 @@ fn proxy(name: &str, upstream: &str) -> Proxy {
 fn logged_budget(log: &std::path::Path, id: &str) -> Option<u64> {
     for _ in 0..100 {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        for line in text.lines() {
-            let hold: serde_json::Value = serde_json::from_str(line).expect("a hold line");
+        // A line still being written is read again on the next round.
+        for hold in text
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        {
             if hold["request_id"] == id {
                 return hold["budget_ms"].as_u64();
             }
@@ -179,37 +184,4 @@ fn runtime(addr: &str) -> serde_json::Value {
     stream.read_to_string(&mut raw).expect("reads");
     let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {raw}"))
-}
-
-/// `deadline demo --proxy`: the misaligned path without deadlines, the proxy's hang-up
-/// stopping the services with them, and the gateway's own 504 before the proxy's when told
-/// its timeout (the demo's `--check`, as CI runs it).
-#[test]
-fn the_demo_with_each_proxy_in_front_passes_its_check() {
-    for name in ["nginx", "haproxy"] {
-        let out = bin()
-            .args(["demo", "--proxy", name, "--check", "--json"])
-            .output()
-            .expect("the demo runs");
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{name}: {e}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        assert_eq!(
-            report["check_failures"],
-            serde_json::json!([]),
-            "{name}: {report:#}"
-        );
-        assert!(out.status.success(), "{name}");
-        let answered: Vec<&str> = report["runs"]
-            .as_array()
-            .expect("runs")
-            .iter()
-            .map(|run| run["answered_by"].as_str().expect("answered_by"))
-            .collect();
-        assert_eq!(answered, ["proxy", "proxy", "gateway"], "{name}");
-    }
 }
