@@ -40,8 +40,8 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisError, Value};
 use tokio::time::Instant;
 
 use crate::blocking::{self, Capped};
+use crate::checkout;
 use crate::error::Error;
-use crate::pool;
 use crate::record::{Outcome, Record};
 use crate::settings::Settings;
 
@@ -315,7 +315,7 @@ impl Connection {
             close(object);
         }
         self.state.store(CLOSE, Ordering::SeqCst);
-        let fresh = pool::take(&self.pool, &self.settings).await?;
+        let fresh = checkout::take(&self.pool, &self.settings).await?;
         self.object = Some(fresh);
         self.state.store(CLEAN, Ordering::SeqCst);
         Ok(())

@@ -89,6 +89,7 @@
 //! pooled, so not covered.
 
 pub mod blocking;
+mod checkout;
 pub mod connection;
 mod error;
 mod pool;

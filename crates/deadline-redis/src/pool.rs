@@ -5,13 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadline_http::DeadlineContext;
 use deadpool_redis::{Config, Pool, PoolConfig, Runtime};
-use tokio::time::Instant;
 
+use crate::checkout;
 use crate::connection::Connection;
 use crate::error::{ConnectError, Error};
-use crate::record;
 use crate::settings::Settings;
 
 /// A pool of Redis connections whose commands run inside the current request's deadline.
@@ -139,43 +137,12 @@ impl DeadlinePool {
     /// time), with [`Error::PoolTimeout`]; the wait is a `pool` span in the trace when it took
     /// a millisecond or more. Outside any deadline it is deadpool's own wait.
     pub async fn get(&self) -> Result<Connection, Error> {
-        let object = take(&self.pool, &self.settings).await?;
+        let object = checkout::take(&self.pool, &self.settings).await?;
         Ok(Connection::new(
             object,
             self.pool.clone(),
             Arc::clone(&self.settings),
         ))
-    }
-}
-
-/// A connection from `pool`, under the current request's deadline (see [`DeadlinePool::get`]).
-pub(crate) async fn take(
-    pool: &Pool,
-    settings: &Settings,
-) -> Result<deadpool_redis::Connection, Error> {
-    let context = DeadlineContext::current();
-    let cutoff = context.as_ref().and_then(DeadlineContext::cutoff);
-    let start = Instant::now();
-    let Some(cutoff) = cutoff else {
-        let got = pool.get().await;
-        record::pool_wait(settings, context.as_ref(), start, got.is_ok());
-        return got.map_err(Error::Pool);
-    };
-    let needed = settings.policy.margin() + settings.policy.min_useful();
-    let cutoff = Instant::from_std(cutoff.instant());
-    let give_up = cutoff.checked_sub(needed).unwrap_or(start);
-    match tokio::time::timeout_at(give_up, pool.get()).await {
-        Ok(got) => {
-            record::pool_wait(settings, context.as_ref(), start, got.is_ok());
-            got.map_err(Error::Pool)
-        }
-        Err(_) => {
-            record::pool_wait(settings, context.as_ref(), start, false);
-            Err(Error::PoolTimeout {
-                target: settings.name.to_string(),
-                waited: Instant::now().saturating_duration_since(start),
-            })
-        }
     }
 }
 
