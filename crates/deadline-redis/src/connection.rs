@@ -126,8 +126,7 @@ impl Connection {
     /// [`Error::Deadline`] (`by_server`); the wait for the reply ended at the cutoff
     /// ([`Error::Deadline`]). Outside any deadline: the command as redis-rs sends it.
     pub async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error> {
-        let value = self.command(cmd).await?;
-        redis::from_redis_value(value).map_err(|e| Error::Redis(e.into()))
+        convert(self.round_trip(Packed::Cmd(cmd)).await?)
     }
 
     /// Runs a pipeline (or a `MULTI`/`EXEC` transaction, [`Pipeline::atomic`]) and converts its
@@ -136,73 +135,28 @@ impl Connection {
     /// timeout argument (send it with [`query`](Self::query) to have it capped); if its reply
     /// is abandoned, the connection is closed, which ends the wait on the server too.
     pub async fn pipeline<T: FromRedisValue>(&mut self, pipe: &Pipeline) -> Result<T, Error> {
-        let context = DeadlineContext::current();
-        let cutoff = context.as_ref().and_then(DeadlineContext::cutoff);
-        self.settle(cutoff).await?;
-        let blocking = pipe
-            .cmd_iter()
-            .any(|cmd| blocking::is_blocking(blocking::name(cmd).as_deref()));
-        let mark = if blocking { CLOSE } else { DRAIN };
-        let Connection {
-            object,
-            settings,
-            state,
-            ..
-        } = self;
-        // `settle` returned Ok: it leaves a connection in place, or an error.
-        let object = object.as_mut().expect("settle leaves a connection");
-        let mut record = Record::start(settings, context.clone());
-        let Some(cutoff) = cutoff else {
-            let mut flight = InFlight {
-                state,
-                mark,
-                armed: true,
-            };
-            let result = pipe.query_async::<Value>(&mut **object).await;
-            flight.disarm();
-            return finish(result, &mut record, state, mark).and_then(convert);
-        };
-        if let Err(stop) = decide(settings, cutoff) {
-            record.end(Outcome::NotSent);
-            return Err(not_sent(settings, "pipeline", stop));
-        }
-        let _activity = context.as_ref().map(|c| {
-            c.enter(Activity::Calling {
-                target: settings.name.to_string(),
-            })
-        });
-        let mut handle = own_handle(object);
-        let start = Instant::now();
-        let mut flight = InFlight {
-            state,
-            mark,
-            armed: true,
-        };
-        let result = tokio::time::timeout_at(
-            Instant::from_std(cutoff.instant()),
-            pipe.query_async::<Value>(&mut handle),
-        )
-        .await;
-        flight.disarm();
-        let Ok(result) = result else {
-            state.fetch_max(mark, Ordering::SeqCst);
-            record.end(Outcome::Deadline);
-            return Err(abandoned(settings, "pipeline", start));
-        };
-        finish(result, &mut record, state, mark).and_then(convert)
+        convert(self.round_trip(Packed::Pipe(pipe)).await?)
     }
 
-    /// The one command loop: settle, decide, cap, send, wait until the cutoff.
-    async fn command(&mut self, cmd: &Cmd) -> Result<Value, Error> {
+    /// The one loop for a command and a pipeline: settle, decide, cap (a single blocking
+    /// command only), send, wait until the cutoff.
+    async fn round_trip(&mut self, packed: Packed<'_>) -> Result<Value, Error> {
         let context = DeadlineContext::current();
         let cutoff = context.as_ref().and_then(DeadlineContext::cutoff);
         self.settle(cutoff).await?;
-        let name = blocking::name(cmd);
-        let mark = if blocking::is_blocking(name.as_deref()) {
-            CLOSE
-        } else {
-            DRAIN
+        let (name, blocks) = match packed {
+            Packed::Cmd(cmd) => {
+                let name = blocking::name(cmd);
+                let blocks = blocking::is_blocking(name.as_deref());
+                (name, blocks)
+            }
+            Packed::Pipe(pipe) => (
+                None,
+                pipe.cmd_iter()
+                    .any(|cmd| blocking::is_blocking(blocking::name(cmd).as_deref())),
+            ),
         };
+        let mark = if blocks { CLOSE } else { DRAIN };
         let Connection {
             object,
             settings,
@@ -220,11 +174,14 @@ impl Connection {
                 mark,
                 armed: true,
             };
-            let result = object.send_packed_command(cmd).await;
+            let result = packed.send(None, object).await;
             flight.disarm();
             return finish(result, &mut record, state, mark);
         };
-        let command = name.as_deref().unwrap_or("command");
+        let command = match packed {
+            Packed::Cmd(_) => name.as_deref().unwrap_or("command"),
+            Packed::Pipe(_) => "pipeline",
+        };
         let budget = match decide(settings, cutoff) {
             Ok(budget) => budget,
             Err(stop) => {
@@ -232,21 +189,26 @@ impl Connection {
                 return Err(not_sent(settings, command, stop));
             }
         };
-        let cap = blocking_cap(settings, budget);
-        let (to_send, nil_is_timeout) = match blocking::cap(cmd, name.as_deref(), cap) {
-            Capped::NotBlocking | Capped::Within => (None, false),
-            Capped::Rewritten {
-                cmd,
-                nil_is_timeout,
-            } => (Some(cmd), nil_is_timeout),
-            Capped::TooShort => {
-                record.end(Outcome::NotSent);
-                return Err(Error::NotSent {
-                    target: settings.name.to_string(),
-                    command: command.to_owned(),
-                    remaining: cap,
-                    needed: Duration::from_millis(1),
-                });
+        let (to_send, nil_is_timeout) = match packed {
+            Packed::Pipe(_) => (None, false),
+            Packed::Cmd(cmd) => {
+                let cap = blocking_cap(settings, budget);
+                match blocking::cap(cmd, name.as_deref(), cap) {
+                    Capped::NotBlocking | Capped::Within => (None, false),
+                    Capped::Rewritten {
+                        cmd,
+                        nil_is_timeout,
+                    } => (Some(cmd), nil_is_timeout),
+                    Capped::TooShort => {
+                        record.end(Outcome::NotSent);
+                        return Err(Error::NotSent {
+                            target: settings.name.to_string(),
+                            command: command.to_owned(),
+                            remaining: cap,
+                            needed: Duration::from_millis(1),
+                        });
+                    }
+                }
             }
         };
         let _activity = context.as_ref().map(|c| {
@@ -263,7 +225,7 @@ impl Connection {
         };
         let result = tokio::time::timeout_at(
             Instant::from_std(cutoff.instant()),
-            handle.send_packed_command(to_send.as_ref().unwrap_or(cmd)),
+            packed.send(to_send.as_ref(), &mut handle),
         )
         .await;
         flight.disarm();
@@ -353,6 +315,28 @@ impl Drop for Connection {
 
 /// A handle on `object`'s connection for one command under a deadline: redis-rs's response
 /// timeout off, the crate's timer at the cutoff in its place.
+/// What one round trip sends: a command, or a pipeline's commands.
+#[derive(Clone, Copy)]
+enum Packed<'a> {
+    Cmd(&'a Cmd),
+    Pipe(&'a Pipeline),
+}
+
+impl Packed<'_> {
+    /// Sends it on `conn` (a command as `rewritten` where its timeout was capped) and waits for
+    /// the reply, as redis-rs does.
+    async fn send(
+        self,
+        rewritten: Option<&Cmd>,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<Value, RedisError> {
+        match self {
+            Packed::Cmd(cmd) => conn.send_packed_command(rewritten.unwrap_or(cmd)).await,
+            Packed::Pipe(pipe) => pipe.query_async::<Value>(conn).await,
+        }
+    }
+}
+
 fn own_handle(object: &deadpool_redis::Connection) -> MultiplexedConnection {
     let mut handle: MultiplexedConnection = (**object).clone();
     handle.set_response_timeout(NO_DRIVER_TIMEOUT);
