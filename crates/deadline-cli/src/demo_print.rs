@@ -132,3 +132,25 @@ pub(crate) fn print_comparison(runs: &[DemoRun]) {
         );
     }
 }
+
+/// A `--check` verdict as the demo prints it: `check: passed`, or `check: FAILED` and each
+/// failure on a line of its own.
+pub(crate) fn print_check(failures: &[String]) {
+    if failures.is_empty() {
+        println!("check: passed");
+    } else {
+        println!("check: FAILED");
+        for failure in failures {
+            println!("  - {failure}");
+        }
+    }
+}
+
+/// The demo's exit code: failure only when `--check` was asked for and something failed.
+pub(crate) fn check_exit(check: bool, failures: &[String]) -> std::process::ExitCode {
+    if check && !failures.is_empty() {
+        std::process::ExitCode::FAILURE
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}

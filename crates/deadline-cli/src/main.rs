@@ -24,6 +24,7 @@ mod path;
 mod peer;
 mod pg;
 mod placement;
+mod redact;
 mod reply;
 mod service;
 mod shutdown;

@@ -15,7 +15,7 @@ use serde::Serialize;
 mod grpcjs;
 mod proxy;
 
-use crate::demo_print::{print_comparison, print_run};
+use crate::demo_print::{check_exit, print_check, print_comparison, print_run};
 use crate::demo_run::DemoRun;
 use crate::grpc::users::{Protocol, Users};
 use crate::harness::{Chain, Scenario, user_budget, with_margin};
@@ -276,21 +276,10 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             println!("Timeline written to {}.", path.display());
         }
         if args.check {
-            if failures.is_empty() {
-                println!("check: passed");
-            } else {
-                println!("check: FAILED");
-                for failure in &failures {
-                    println!("  - {failure}");
-                }
-            }
+            print_check(&failures);
         }
     }
-    Ok(if args.check && !failures.is_empty() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(check_exit(args.check, &failures))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use super::{DemoArgs, summarize};
-use crate::demo_print::print_run;
+use crate::demo_print::{check_exit, print_check, print_run};
 use crate::demo_run::DemoRun;
 use crate::front_proxy::{FrontProxy, ProxyKind};
 use crate::grpc::users::{Protocol, Users};
@@ -269,21 +269,10 @@ pub(super) async fn run(args: DemoArgs, kind: ProxyKind) -> anyhow::Result<ExitC
             println!("Timeline written to {}.", path.display());
         }
         if args.check {
-            if failures.is_empty() {
-                println!("check: passed");
-            } else {
-                println!("check: FAILED");
-                for failure in &failures {
-                    println!("  - {failure}");
-                }
-            }
+            print_check(&failures);
         }
     }
-    Ok(if args.check && !failures.is_empty() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(check_exit(args.check, &failures))
 }
 
 #[cfg(test)]

@@ -151,7 +151,7 @@ pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<ExitCode> {
             settings.capacity(),
             settings.rate / settings.capacity(),
             settings.expiry.as_millis(),
-            report::redacted(&settings.broker)
+            crate::redact::redacted(&settings.broker)
         );
     }
     let mut runs = Vec::new();

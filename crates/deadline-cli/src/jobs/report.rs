@@ -94,20 +94,6 @@ pub(crate) fn run_name(expiry: bool) -> &'static str {
     }
 }
 
-/// `url` without its password, for printing.
-pub(crate) fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.split_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}")
-        }
-        None => url.to_owned(),
-    }
-}
-
 impl RunReport {
     pub(crate) fn new(
         expiry: bool,
@@ -226,7 +212,7 @@ impl RunReport {
 /// The JSON document: the settings and `runs[]` (the keys the jobs report has always had, and a few more).
 pub(crate) fn json(settings: &Settings, runs: &[RunReport]) -> Value {
     json!({
-        "broker": redacted(&settings.broker),
+        "broker": crate::redact::redacted(&settings.broker),
         "rate": settings.rate,
         "seconds": settings.seconds,
         "work_ms": settings.work.as_millis() as u64,
@@ -296,16 +282,6 @@ mod tests {
         assert_eq!(quantile(&values, 0.99), 99.0);
         assert_eq!(quantile(&[], 0.5), 0.0);
         assert_eq!(quantile(&[7.0], 0.99), 7.0);
-    }
-
-    #[test]
-    fn passwords_are_not_printed() {
-        assert_eq!(
-            redacted("amqp://guest:secret@127.0.0.1:5672/%2f"),
-            "amqp://guest:***@127.0.0.1:5672/%2f"
-        );
-        assert_eq!(redacted("amqp://127.0.0.1"), "amqp://127.0.0.1");
-        assert_eq!(redacted("nonsense"), "nonsense");
     }
 
     fn record(age_ms: f64, expired: bool) -> WorkRecord {

@@ -29,8 +29,9 @@ use tokio::time::Instant;
 use crate::holds::wall_now;
 
 use super::Settings;
-use super::report::{RunReport, Sample, redacted};
+use super::report::{RunReport, Sample};
 use super::tally::{Outcome, Tally, Working};
+use crate::redact::redacted;
 
 /// How often the broker's backlog is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);

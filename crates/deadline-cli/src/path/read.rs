@@ -113,25 +113,10 @@ async fn service(url: &str) -> anyhow::Result<Hop> {
     Ok(limits.hop(&limits_url))
 }
 
-/// `url` without its password, to print.
-fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    // The last `@` ends the credentials: a password may hold one too.
-    match rest.rsplit_once('@') {
-        Some((user, host)) => {
-            let user = user.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}@{host}")
-        }
-        None => url.to_owned(),
-    }
-}
-
 /// The hop of the PostgreSQL database at `url`: the timeout settings a session there sees (and
 /// their sources), and every override in `pg_db_role_setting`.
 async fn postgres(url: &str) -> anyhow::Result<Hop> {
-    let shown = redacted(url);
+    let shown = crate::redact::redacted(url);
     let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| anyhow!("invalid PostgreSQL connection URL ({e})"))?;
