@@ -336,21 +336,27 @@ def queue_default(binary, limited):
 def refusal_log(binary, limited):
     """Requests whose 1 ms budget is spent at arrival (refused with 504, no work), logged with
     --log: the log must grow by a bounded amount, not a line per request, and still count every
-    request."""
+    request. The same flood against the same binary with `--log-refused all` (a line per request,
+    as the log was before folding) gives the baseline beside it."""
     conns, streams = (20, 100) if SHORT else (100, 100)
     open_fds_limit(conns + 100)
-    with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "holds.jsonl")
-        svc = Service(binary, ["--log", log])
-        start = time.monotonic()
-        statuses, clients = burst(svc, conns, streams, [("deadline-budget-ms", "1")], wait=20)
-        seconds = time.monotonic() - start
-        for s, _ in clients:
-            s.close()
-        svc.stop()
-        with open(log) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
-        size = os.path.getsize(log)
+
+    def flood(extra):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "holds.jsonl")
+            svc = Service(binary, ["--log", log, *extra])
+            start = time.monotonic()
+            statuses, clients = burst(svc, conns, streams, [("deadline-budget-ms", "1")], wait=20)
+            seconds = time.monotonic() - start
+            for s, _ in clients:
+                s.close()
+            svc.stop()
+            with open(log) as f:
+                lines = [json.loads(line) for line in f if line.strip()]
+            return statuses, seconds, lines, os.path.getsize(log)
+
+    _, _, every_lines, every_size = flood(["--log-refused", "all"])
+    statuses, seconds, lines, size = flood([])
     requests = conns * streams
     counted = sum(line.get("count", 1) for line in lines)
     figures = {
@@ -360,6 +366,8 @@ def refusal_log(binary, limited):
         "log_lines": len(lines),
         "log_bytes": size,
         "requests_counted_in_log": counted,
+        "every_line_log_lines": len(every_lines),
+        "every_line_log_bytes": every_size,
     }
     problems = []
     refused = statuses.get("504", 0)

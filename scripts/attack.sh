@@ -16,7 +16,7 @@
 #                  (1,024): the default bounds it;
 #   refusal_log    requests whose 1 ms budget is spent at arrival, with --log: the log grows by
 #                  the per-second allowance and a folded line, not a line per request, and
-#                  still counts every request;
+#                  still counts every request (beside a baseline run with --log-refused all);
 #   stuck_lockout  600 HTTP/2 connections under `ulimit -n 512`, each holding a zero-window
 #                  stream re-armed every 0.5 s: a new client every 0.25 s served within 1 s,
 #                  default flags (stuck_lockout_tls: the same over TLS);
